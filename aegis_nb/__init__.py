@@ -1,0 +1,112 @@
+"""aegis_nb: sagas for MCP agents, notebook first.
+
+Steps execute and compensate; the `WorkflowEngine` undoes completed steps newest first when a later
+one fails or runs past its deadline. Importing this package does no work and pulls in neither the
+MCP SDK nor Jupyter: `AegisMCP` is loaded on first use.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from aegis_nb.kernel import (
+    AegisContext,
+    AegisError,
+    CompensationFailure,
+    ErrorInfo,
+    FailureKind,
+    SagaCompensationFailed,
+    SagaDefinitionError,
+    SagaFailed,
+    SagaReport,
+    SagaRolledBack,
+    SagaStatus,
+    Secret,
+    StepRef,
+    StepResultError,
+    ToolExecutor,
+    ToolTimeoutError,
+)
+from aegis_nb.saga import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
+    FunctionStep,
+    InMemoryJournal,
+    Journal,
+    RetryPolicy,
+    SagaCommitted,
+    SagaCompensated,
+    SagaEvent,
+    SagaRun,
+    SagaStarted,
+    SagaStuck,
+    Sink,
+    Step,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+    WorkflowEngine,
+    describe,
+    step,
+)
+
+if TYPE_CHECKING:
+    from aegis_nb.server.app import AegisMCP
+
+__version__ = "0.1.0"
+
+_LAZY = {"AegisMCP": "aegis_nb.server.app"}
+
+
+def __getattr__(name: str) -> Any:
+    """Load heavy optional parts (the MCP server) only when asked for."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aegis_nb' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "AegisContext",
+    "AegisError",
+    "AegisMCP",
+    "CompensationFailed",
+    "CompensationFailure",
+    "CompensationStarted",
+    "CompensationSucceeded",
+    "ErrorInfo",
+    "FailureKind",
+    "FunctionStep",
+    "InMemoryJournal",
+    "Journal",
+    "RetryPolicy",
+    "SagaCommitted",
+    "SagaCompensated",
+    "SagaCompensationFailed",
+    "SagaDefinitionError",
+    "SagaEvent",
+    "SagaFailed",
+    "SagaReport",
+    "SagaRolledBack",
+    "SagaRun",
+    "SagaStarted",
+    "SagaStatus",
+    "SagaStuck",
+    "Secret",
+    "Sink",
+    "Step",
+    "StepFailed",
+    "StepRef",
+    "StepResultError",
+    "StepStarted",
+    "StepSucceeded",
+    "StepTimedOut",
+    "ToolExecutor",
+    "ToolTimeoutError",
+    "WorkflowEngine",
+    "__version__",
+    "describe",
+    "step",
+]

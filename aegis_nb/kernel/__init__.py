@@ -1,0 +1,43 @@
+"""Kernel: the context, the error tree, the report values and the deadline-enforcing executor."""
+
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import (
+    AegisError,
+    SagaCompensationFailed,
+    SagaDefinitionError,
+    SagaFailed,
+    SagaRolledBack,
+    StepResultError,
+    ToolTimeoutError,
+)
+from aegis_nb.kernel.executor import DeadlineGuard, ToolExecutor
+from aegis_nb.kernel.report import (
+    CompensationFailure,
+    ErrorInfo,
+    FailureKind,
+    SagaReport,
+    SagaStatus,
+    StepRef,
+)
+from aegis_nb.kernel.values import FrozenDict, Secret
+
+__all__ = [
+    "AegisContext",
+    "AegisError",
+    "CompensationFailure",
+    "DeadlineGuard",
+    "ErrorInfo",
+    "FailureKind",
+    "FrozenDict",
+    "SagaCompensationFailed",
+    "SagaDefinitionError",
+    "SagaFailed",
+    "SagaReport",
+    "SagaRolledBack",
+    "SagaStatus",
+    "Secret",
+    "StepRef",
+    "StepResultError",
+    "ToolExecutor",
+    "ToolTimeoutError",
+]

@@ -1,0 +1,165 @@
+"""`AegisContext`: the immutable baggage a saga threads from step to step.
+
+A context holds JSON-compatible metadata, an absolute deadline on the event loop's clock
+(`anyio.current_time()`) and, while a saga runs, the run id and step position that make up the
+step's idempotency key. Every change returns a new context; the old one stays as it was, which is
+what lets each compensation see exactly the state its own step produced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import anyio
+
+from aegis_nb.kernel.values import FrozenDict, JSONValue, freeze_mapping, secret_values, thaw
+
+
+class AegisContext:
+    """Immutable metadata plus a deadline that can only be shortened."""
+
+    __slots__ = ("_deadline", "_metadata", "_run_id", "_step_index")
+    _metadata: FrozenDict
+    _deadline: float
+    _run_id: str | None
+    _step_index: int | None
+
+    def __init__(self, metadata: Mapping[str, Any] | None = None, *, deadline: float = math.inf) -> None:
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or math.isnan(deadline):
+            raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
+        object.__setattr__(self, "_metadata", FrozenDict._trusted(freeze_mapping(metadata or {})))
+        object.__setattr__(self, "_deadline", float(deadline))
+        object.__setattr__(self, "_run_id", None)
+        object.__setattr__(self, "_step_index", None)
+
+    @classmethod
+    def _build(
+        cls, metadata: FrozenDict, deadline: float, run_id: str | None, step_index: int | None
+    ) -> AegisContext:
+        self = object.__new__(cls)
+        # Slot descriptors directly: derive runs once per step on the engine's hot path.
+        _set_metadata(self, metadata)
+        _set_deadline(self, deadline)
+        _set_run_id(self, run_id)
+        _set_step_index(self, step_index)
+        return self
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> FrozenDict:
+        """Read-only metadata; nested dicts and lists are frozen too."""
+        return self._metadata
+
+    @property
+    def deadline(self) -> float:
+        """Absolute deadline on `anyio.current_time()`'s clock; ``inf`` when there is none."""
+        return self._deadline
+
+    @property
+    def run_id(self) -> str | None:
+        """The saga run this context belongs to, set by the engine."""
+        return self._run_id
+
+    @property
+    def step_index(self) -> int | None:
+        """Position (0-based) of the step this context was handed to, set by the engine."""
+        return self._step_index
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """``run_id/position``: the same in execute, compensate and recovery, so retries are safe."""
+        if self._run_id is None or self._step_index is None:
+            return None
+        return f"{self._run_id}/{self._step_index}"
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (negative once past; ``inf`` without a deadline)."""
+        if self._deadline == math.inf:
+            return math.inf
+        return self._deadline - anyio.current_time()
+
+    def to_json(self) -> dict[str, JSONValue]:
+        """Metadata as plain JSON data, secrets shown as ``***``."""
+        return thaw(self._metadata)  # type: ignore[no-any-return]
+
+    def secret_values(self) -> tuple[str, ...]:
+        """The revealed secrets in this context, so error text can be scrubbed of them."""
+        return tuple(secret_values(self._metadata))
+
+    # -- deriving ------------------------------------------------------------------------------
+
+    def with_metadata(self, updates: Mapping[str, Any]) -> AegisContext:
+        """A new context with `updates` merged into the metadata; this one is left untouched."""
+        merged = dict(self._metadata._data)
+        merged.update(freeze_mapping(updates))
+        return self._build(FrozenDict._trusted(merged), self._deadline, self._run_id, self._step_index)
+
+    def with_deadline(self, deadline: float) -> AegisContext:
+        """A new context whose deadline is the earlier of the current one and `deadline`."""
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or math.isnan(deadline):
+            raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
+        if deadline >= self._deadline:
+            return self
+        return self._build(self._metadata, float(deadline), self._run_id, self._step_index)
+
+    def with_timeout(self, seconds: float) -> AegisContext:
+        """A new context due `seconds` from now, unless the current deadline is earlier."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or math.isnan(seconds):
+            raise TypeError(f"timeout must be a number of seconds, got {seconds!r}")
+        if seconds < 0:
+            raise ValueError(f"timeout must not be negative, got {seconds!r}")
+        return self.with_deadline(anyio.current_time() + seconds)
+
+    def _for_step(self, run_id: str, step_index: int) -> AegisContext:
+        if self._run_id == run_id and self._step_index == step_index:
+            return self
+        return self._build(self._metadata, self._deadline, run_id, step_index)
+
+    def _with_budget(self, deadline: float) -> AegisContext:
+        """Replace (not shorten) the deadline: compensations get a fresh budget of their own."""
+        return self._build(self._metadata, deadline, self._run_id, self._step_index)
+
+    # -- value behaviour -----------------------------------------------------------------------
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"AegisContext is immutable; use with_metadata() (tried to set {name!r})")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("AegisContext is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AegisContext):
+            return NotImplemented
+        return (
+            self._metadata == other._metadata
+            and self._deadline == other._deadline
+            and self._run_id == other._run_id
+            and self._step_index == other._step_index
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._metadata, self._deadline, self._run_id, self._step_index))
+
+    def __repr__(self) -> str:
+        parts = [f"metadata={self.to_json()!r}"]
+        if self._deadline != math.inf:
+            parts.append(f"deadline={self._deadline:.6f}")
+        if self._run_id is not None:
+            parts.append(f"idempotency_key={self.idempotency_key!r}")
+        return f"AegisContext({', '.join(parts)})"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("AegisContext is not pickled; journals store to_json() instead")
+
+
+def _slot_setter(name: str) -> Any:
+    return AegisContext.__dict__[name].__set__
+
+
+_set_metadata = _slot_setter("_metadata")
+_set_deadline = _slot_setter("_deadline")
+_set_run_id = _slot_setter("_run_id")
+_set_step_index = _slot_setter("_step_index")

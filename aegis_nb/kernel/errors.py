@@ -1,0 +1,61 @@
+"""The one error tree of aegis_nb. Every error we raise is an `AegisError`::
+
+    AegisError
+     ├── ToolTimeoutError          (also TimeoutError) a step or tool ran past its context deadline
+     ├── SagaDefinitionError       (also TypeError)    a saga or step is malformed; nothing ran
+     ├── StepResultError           (also TypeError)    execute() returned neither a context nor None
+     └── SagaFailed                                    a saga did not commit; carries a SagaReport
+          ├── SagaRolledBack                           every completed step was compensated
+          └── SagaCompensationFailed                   some compensation still failed: see report
+
+`SagaFailed` errors chain the forward failure as ``__cause__``. Retrying a saga is only safe after
+`SagaRolledBack`; `SagaCompensationFailed` says which steps were left standing and need a person.
+"""
+
+from __future__ import annotations
+
+from aegis_nb.kernel.report import SagaReport
+
+
+class AegisError(Exception):
+    """Root of every aegis_nb error."""
+
+
+class ToolTimeoutError(AegisError, TimeoutError):
+    """A step or tool call ran past its context deadline."""
+
+    def __init__(self, step: str | None, budget: float | None, detail: str = "") -> None:
+        self.step = step
+        self.budget = budget
+        who = f"step {step!r}" if step else "tool call"
+        if budget is None:
+            text = f"{who} ran past its deadline"
+        elif budget <= 0:
+            text = f"{who} had no time left: the deadline passed {-budget * 1000:.1f} ms before it started"
+        else:
+            text = f"{who} exceeded its deadline (budget {budget * 1000:.1f} ms)"
+        super().__init__(f"{text}{detail}")
+
+
+class SagaDefinitionError(AegisError, TypeError):
+    """The saga or one of its steps is malformed; raised before any step runs."""
+
+
+class StepResultError(AegisError, TypeError):
+    """A step's execute() returned something other than an AegisContext or None."""
+
+
+class SagaFailed(AegisError):
+    """A saga did not commit. `report` says what failed and what was undone."""
+
+    def __init__(self, report: SagaReport) -> None:
+        self.report = report
+        super().__init__(f"saga {report.saga!r}: {report.summary()}")
+
+
+class SagaRolledBack(SagaFailed):
+    """The saga failed and every completed step was compensated: the world is as it was."""
+
+
+class SagaCompensationFailed(SagaFailed):
+    """The saga failed and at least one compensation failed after its retries: steps were left standing."""

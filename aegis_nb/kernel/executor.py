@@ -1,0 +1,107 @@
+"""`ToolExecutor`: run awaitables under a context's deadline, raising `ToolTimeoutError` past it.
+
+Deadlines are absolute times on the loop clock enforced by anyio cancel scopes. `run` guards one call;
+`guard` keeps a single scope open across many calls (the engine's forward phase) and only touches it
+when the deadline actually changes, because re-arming a scope costs microseconds and the engine's
+budget per step is about one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+import anyio
+
+from aegis_nb.kernel.clock import Clock, loop_clock
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import ToolTimeoutError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class DeadlineGuard:
+    """One cancel scope for a sequence of calls; says which call was running when time ran out."""
+
+    __slots__ = ("_clock", "_deadline", "_scope", "started_at", "step")
+
+    def __init__(self, deadline: float, clock: Clock) -> None:
+        self._scope = anyio.CancelScope(deadline=deadline)
+        self._deadline = deadline
+        self._clock = clock
+        self.step: str | None = None
+        self.started_at = clock()
+
+    @property
+    def deadline(self) -> float:
+        return self._deadline
+
+    @deadline.setter
+    def deadline(self, value: float) -> None:
+        if value != self._deadline:
+            self._deadline = self._scope.deadline = value
+
+    def begin(self, step: str) -> float:
+        """Mark `step` as the running call; returns its start time."""
+        self.step = step
+        self.started_at = now = self._clock()
+        return now
+
+    def __enter__(self) -> DeadlineGuard:
+        self._scope.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        swallowed = self._scope.__exit__(exc_type, exc, tb)
+        if self._scope.cancelled_caught:
+            budget = self._deadline - self.started_at
+            raise ToolTimeoutError(self.step, budget) from None
+        return bool(swallowed)
+
+
+class ToolExecutor:
+    """Runs tool calls and steps under the deadline carried by an `AegisContext`."""
+
+    async def run(
+        self,
+        ctx: AegisContext,
+        fn: Callable[P, Awaitable[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Await ``fn(*args, **kwargs)``; raise `ToolTimeoutError` if `ctx.deadline` passes first."""
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        return await self.run_named(name, ctx, fn, *args, **kwargs)
+
+    async def run_named(
+        self,
+        name: str,
+        ctx: AegisContext,
+        fn: Callable[P, Awaitable[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Like `run`, naming the call `name` in the timeout error."""
+        if ctx.deadline == math.inf:
+            return await fn(*args, **kwargs)
+        guard = self.guard(ctx)
+        guard.begin(name)
+        if guard.deadline <= guard.started_at:
+            raise ToolTimeoutError(name, guard.deadline - guard.started_at)
+        with guard:
+            return await fn(*args, **kwargs)
+        raise AssertionError("unreachable: a cancelled guard raises ToolTimeoutError")  # pragma: no cover
+
+    def guard(self, ctx: AegisContext, clock: Clock | None = None) -> DeadlineGuard:
+        """A reusable deadline scope for several calls under `ctx.deadline`."""
+        return DeadlineGuard(ctx.deadline, clock or loop_clock())

@@ -1,0 +1,139 @@
+"""What a saga run did, as plain immutable values: statuses, step references and the failure report.
+
+The report travels with the saga errors, the MCP result and the journal, so it holds only names,
+positions and scrubbed error text, never contexts or exception objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aegis_nb.kernel.records import record
+
+
+class SagaStatus(enum.Enum):
+    """Where a run stands; the last three are final."""
+
+    RUNNING = "running"
+    COMPENSATING = "compensating"
+    COMMITTED = "committed"
+    ROLLED_BACK = "rolled_back"
+    STUCK = "stuck"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (SagaStatus.COMMITTED, SagaStatus.ROLLED_BACK, SagaStatus.STUCK)
+
+
+class FailureKind(enum.Enum):
+    """Why the forward phase stopped."""
+
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+@record
+class StepRef:
+    """A step by position and display name (names repeat; positions do not)."""
+
+    index: int
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """An exception reduced to its type name and (secret-scrubbed) message."""
+
+    type: str
+    message: str
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, secrets: Iterable[str] = ()) -> ErrorInfo:
+        return cls(type(exc).__name__, scrub(str(exc), secrets))
+
+    def __str__(self) -> str:
+        return self.message or self.type
+
+
+@dataclass(frozen=True, slots=True)
+class CompensationFailure:
+    """A step whose compensation still failed after every retry: it was left standing."""
+
+    step: StepRef
+    attempts: int
+    error: ErrorInfo
+
+
+@dataclass(frozen=True, slots=True)
+class SagaReport:
+    """The outcome of one run: what failed, why, what was undone and what could not be."""
+
+    run_id: str
+    saga: str
+    status: SagaStatus
+    steps: tuple[str, ...]
+    succeeded: tuple[StepRef, ...] = ()
+    failed_step: StepRef | None = None
+    failure_kind: FailureKind | None = None
+    cause: ErrorInfo | None = None
+    compensated: tuple[StepRef, ...] = ()
+    compensation_failures: tuple[CompensationFailure, ...] = ()
+
+    @property
+    def left_standing(self) -> tuple[StepRef, ...]:
+        """Steps whose effects could not be undone."""
+        return tuple(failure.step for failure in self.compensation_failures)
+
+    def summary(self) -> str:
+        """One line a person can act on, e.g. ``Card Declined! — rolled back: ReserveHotel, BookFlight``."""
+        if self.status is SagaStatus.COMMITTED:
+            return f"committed: {', '.join(self.steps)}"
+        reason = str(self.cause) if self.cause is not None else "failed"
+        undone = ", ".join(str(step) for step in self.compensated) or "nothing to undo"
+        if not self.compensation_failures:
+            return f"{reason} — rolled back: {undone}"
+        standing = "; ".join(
+            f"{f.step} ({f.error}, after {f.attempts} attempt{'s' if f.attempts != 1 else ''})"
+            for f in self.compensation_failures
+        )
+        return f"{reason} — could not undo: {standing} — rolled back: {undone}"
+
+    def to_json(self) -> dict[str, object]:
+        """The report as JSON data (for MCP structured content and journals)."""
+
+        def ref(step: StepRef | None) -> dict[str, object] | None:
+            return None if step is None else {"index": step.index, "name": step.name}
+
+        def err(info: ErrorInfo | None) -> dict[str, str] | None:
+            return None if info is None else {"type": info.type, "message": info.message}
+
+        return {
+            "run_id": self.run_id,
+            "saga": self.saga,
+            "status": self.status.value,
+            "steps": list(self.steps),
+            "succeeded": [ref(s) for s in self.succeeded],
+            "failed_step": ref(self.failed_step),
+            "failure_kind": None if self.failure_kind is None else self.failure_kind.value,
+            "cause": err(self.cause),
+            "compensated": [ref(s) for s in self.compensated],
+            "compensation_failures": [
+                {"step": ref(f.step), "attempts": f.attempts, "error": err(f.error)}
+                for f in self.compensation_failures
+            ],
+        }
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every secret value replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text

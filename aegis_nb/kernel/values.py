@@ -1,0 +1,157 @@
+"""Frozen, JSON-compatible metadata values and the `Secret` wrapper.
+
+Metadata must survive journals and the MCP wire without pickle, so every value is checked once on the
+way in and stored frozen: dicts become `FrozenDict`, lists become tuples. `Secret` marks a value that may
+travel between steps but must never be shown or written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, NoReturn, TypeAlias
+
+JSONValue: TypeAlias = Any
+"""A JSON-compatible value: None, bool, int, float, str, lists and str-keyed dicts of those."""
+
+REDACTED: Final = "***"
+
+
+class Secret:
+    """A metadata value passed along but never shown: reprs, events, errors and journals see ``***``."""
+
+    __slots__ = ("_value",)
+    _value: str
+
+    def __init__(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"Secret wraps a str, got {type(value).__name__}")
+        object.__setattr__(self, "_value", value)
+
+    def reveal(self) -> str:
+        """The hidden value, for the code that really needs it (and nowhere else)."""
+        return self._value
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError("Secret is immutable")
+
+    def __repr__(self) -> str:
+        return f"Secret({REDACTED!r})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a Secret cannot be pickled")
+
+
+class FrozenDict(Mapping[str, Any]):
+    """A read-only, hashable str-keyed mapping; values are frozen JSON values."""
+
+    __slots__ = ("_data", "_hash")
+    _data: dict[str, Any]
+    _hash: int | None
+
+    def __init__(self, data: Mapping[str, Any] = {}) -> None:
+        object.__setattr__(self, "_data", freeze_mapping(data))
+        object.__setattr__(self, "_hash", None)
+
+    @classmethod
+    def _trusted(cls, data: dict[str, Any]) -> FrozenDict:
+        """Wrap a dict whose values are already frozen (no copy, no checks)."""
+        self = object.__new__(cls)
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_hash", None)
+        return self
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError("FrozenDict is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenDict):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash(frozenset(self._data.items())))
+        assert self._hash is not None
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._data!r})"
+
+
+def freeze_mapping(data: Mapping[str, Any], path: str = "metadata") -> dict[str, Any]:
+    """Check and freeze every value of `data`; raise `TypeError` naming the offending key."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{path} must be a mapping, got {type(data).__name__}")
+    frozen: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{path} keys must be str, got {type(key).__name__} key {key!r}")
+        frozen[key] = freeze(value, f"{path}[{key!r}]")
+    return frozen
+
+
+def freeze(value: Any, path: str) -> Any:
+    """Return an immutable copy of a JSON-compatible value, or raise `TypeError` naming `path`."""
+    if value is None or isinstance(value, str | bool | int | Secret | FrozenDict):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"{path}: {value!r} is not JSON-compatible (JSON has no NaN or infinity)")
+        return value
+    if isinstance(value, Mapping):
+        return FrozenDict._trusted(freeze_mapping(value, path))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(item, f"{path}[{i}]") for i, item in enumerate(value))
+    raise TypeError(
+        f"{path}: value of type {type(value).__name__} is not JSON-compatible "
+        "(use None, bool, int, float, str, list, dict with str keys, or Secret)"
+    )
+
+
+def thaw(value: Any, *, reveal: bool = False) -> JSONValue:
+    """Plain JSON data from a frozen value; secrets become ``***`` unless `reveal` is set."""
+    if isinstance(value, Secret):
+        return value.reveal() if reveal else REDACTED
+    if isinstance(value, FrozenDict):
+        return {k: thaw(v, reveal=reveal) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v, reveal=reveal) for v in value]
+    return value
+
+
+def secret_values(value: Any) -> Iterator[str]:
+    """Every revealed secret string held anywhere inside `value`, for scrubbing text."""
+    if isinstance(value, Secret):
+        yield value.reveal()
+    elif isinstance(value, FrozenDict):
+        for item in value.values():
+            yield from secret_values(item)
+    elif isinstance(value, tuple):
+        for item in value:
+            yield from secret_values(item)

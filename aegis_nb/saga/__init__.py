@@ -1,0 +1,59 @@
+"""Saga layer: steps, the engine, events, sinks, journals. Depends on the kernel only."""
+
+from aegis_nb.saga.definition import SagaEntry, Step, StepSpec, normalize_saga
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.events import (
+    EVENT_TYPES,
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
+    EventBase,
+    SagaCommitted,
+    SagaCompensated,
+    SagaEvent,
+    SagaStarted,
+    SagaStuck,
+    StepEvent,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+)
+from aegis_nb.saga.functional import FunctionStep, step
+from aegis_nb.saga.history import InMemoryJournal, fold_report
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.recorder import Journal, Sink
+from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.saga.trace import describe
+
+__all__ = [
+    "EVENT_TYPES",
+    "CompensationFailed",
+    "CompensationStarted",
+    "CompensationSucceeded",
+    "EventBase",
+    "FunctionStep",
+    "InMemoryJournal",
+    "Journal",
+    "RetryPolicy",
+    "SagaCommitted",
+    "SagaCompensated",
+    "SagaEntry",
+    "SagaEvent",
+    "SagaRun",
+    "SagaStarted",
+    "SagaStuck",
+    "Sink",
+    "Step",
+    "StepEvent",
+    "StepFailed",
+    "StepSpec",
+    "StepStarted",
+    "StepSucceeded",
+    "StepTimedOut",
+    "WorkflowEngine",
+    "describe",
+    "fold_report",
+    "normalize_saga",
+    "step",
+]

@@ -1,0 +1,198 @@
+"""What a step is, and the checked, normalized form (`StepSpec`) the engine runs.
+
+A step is any object with ``async execute(ctx, *args, **kwargs)`` and ``async compensate(ctx, *args,
+**kwargs)``. Optional attributes tune it: ``name`` (display name), ``timeout`` (seconds, on top of the
+context deadline), ``compensation_retry`` (a `RetryPolicy`) and ``in_doubt`` (compensate this step
+even when its own execute failed or timed out, because the effect may have happened).
+
+Sync ``def`` methods are rejected rather than run in a thread: a thread cannot be cancelled at the
+deadline, so the timeout guarantee would be a lie.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import SagaDefinitionError
+from aegis_nb.kernel.records import record
+from aegis_nb.saga.retry import RetryPolicy
+
+
+@runtime_checkable
+class Step(Protocol):
+    """The shape the engine needs; no base class required."""
+
+    async def execute(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> AegisContext | None: ...
+
+    async def compensate(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> object: ...
+
+
+SagaEntry = Step | tuple[Step, Sequence[Any], Mapping[str, Any]]
+"""One entry of a saga list: a bare step or ``(step, args, kwargs)``."""
+
+
+@record
+class StepSpec:
+    """A validated saga entry: the step, its arguments, and its resolved options."""
+
+    index: int
+    name: str
+    step: Any
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    timeout: float | None
+    retry: RetryPolicy | None
+    in_doubt: bool
+
+
+def step_name(step: object) -> str:
+    """The display name of a step: its ``name`` attribute, else its class name."""
+    name = getattr(step, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    return type(step).__name__
+
+
+def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
+    """Check every entry and resolve its options; raise `SagaDefinitionError` naming the culprit."""
+    if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+        raise SagaDefinitionError(
+            f"a saga is a list of steps or (step, args, kwargs) tuples, got {type(entries).__name__}"
+        )
+    if not entries:
+        raise SagaDefinitionError("the saga has no steps: there is nothing to run or undo")
+    split = [_split_entry(i, entry) for i, entry in enumerate(entries)]
+    names = unique_names([name for _, name, _, _ in split])
+    checked: set[type] = set()
+    return tuple(
+        _spec(index, names[index], step, args, kwargs, checked)
+        for index, (step, _, args, kwargs) in enumerate(split)
+    )
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Give repeated names a ``#n`` suffix so every lifeline and log line is unambiguous."""
+    counts = Counter(names)
+    if len(counts) == len(names):
+        return names
+    seen: Counter[str] = Counter()
+    unique = []
+    for name in names:
+        if counts[name] > 1:
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        unique.append(name)
+    return unique
+
+
+def _split_entry(index: int, entry: object) -> tuple[Any, str, tuple[Any, ...], dict[str, Any]]:
+    if not isinstance(entry, tuple):
+        return entry, step_name(entry), (), {}
+    where = f"saga entry {index}"
+    if len(entry) != 3:
+        raise SagaDefinitionError(
+            f"{where}: expected (step, args, kwargs), got a tuple of {len(entry)} item(s)"
+        )
+    step, args, kwargs = entry
+    name = step_name(step)
+    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
+        raise SagaDefinitionError(
+            f"{where} ({name}): args must be a tuple or list, got {type(args).__name__}"
+        )
+    if not isinstance(kwargs, Mapping):
+        raise SagaDefinitionError(f"{where} ({name}): kwargs must be a mapping, got {type(kwargs).__name__}")
+    if not all(isinstance(key, str) for key in kwargs):
+        raise SagaDefinitionError(f"{where} ({name}): kwargs keys must be str")
+    return step, name, tuple(args), dict(kwargs)
+
+
+def _spec(
+    index: int,
+    name: str,
+    step: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    checked: set[type],
+) -> StepSpec:
+    where = f"saga entry {index}"
+    # Methods live on the class, so one check per class suffices unless an instance overrides them.
+    cls = type(step)
+    if cls not in checked or "execute" in getattr(step, "__dict__", ()):
+        _check_method(step, "execute", name, where)
+        _check_method(step, "compensate", name, where)
+        checked.add(cls)
+    if getattr(step, "is_complete", True) is False:
+        raise SagaDefinitionError(
+            f"{where} ({name}): the step has no compensation; attach one with "
+            f"@{name}.compensation, or declare it @step(read_only=True) if it changes nothing"
+        )
+    return StepSpec(
+        index,
+        name,
+        step,
+        args,
+        kwargs,
+        _option_timeout(step, name, where),
+        _option_retry(step, name, where),
+        _option_in_doubt(step, name, where),
+    )
+
+
+def _check_method(step: object, method: str, name: str, where: str) -> None:
+    fn = getattr(step, method, None)
+    if fn is None:
+        raise SagaDefinitionError(
+            f"{where} ({name}): a step needs async {method}(ctx, ...) and has no {method}"
+        )
+    if not _is_async(fn):
+        if not callable(fn):
+            raise SagaDefinitionError(f"{where} ({name}): {method} is not callable")
+        raise SagaDefinitionError(
+            f"{where} ({name}): {method} must be `async def` (a sync function cannot be cancelled "
+            "at its deadline)"
+        )
+
+
+def _is_async(fn: object) -> bool:
+    # Fast path for plain methods and functions (validation runs once per step per saga).
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is not None and code.co_flags & inspect.CO_COROUTINE:
+        return True
+    return inspect.iscoroutinefunction(fn)
+
+
+def _option_timeout(step: object, name: str, where: str) -> float | None:
+    timeout = getattr(step, "timeout", None)
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise SagaDefinitionError(
+            f"{where} ({name}): timeout must be a positive number of seconds, got {timeout!r}"
+        )
+    return float(timeout)
+
+
+def _option_retry(step: object, name: str, where: str) -> RetryPolicy | None:
+    retry = getattr(step, "compensation_retry", None)
+    if retry is None or isinstance(retry, RetryPolicy):
+        return retry
+    raise SagaDefinitionError(
+        f"{where} ({name}): compensation_retry must be a RetryPolicy, got {type(retry).__name__}"
+    )
+
+
+def _option_in_doubt(step: object, name: str, where: str) -> bool:
+    in_doubt = getattr(step, "in_doubt", False)
+    if not isinstance(in_doubt, bool):
+        raise SagaDefinitionError(f"{where} ({name}): in_doubt must be a bool, got {in_doubt!r}")
+    return in_doubt

@@ -1,0 +1,293 @@
+"""`WorkflowEngine`: runs a saga forward and, on any failure, compensates what was done, newest first.
+
+Forward, one cancel scope covers the whole phase and is re-armed only when the deadline changes
+(a scope per step would cost ten times the engine itself). Each step gets the context the previous
+one returned, stamped with its idempotency key. On an exception, a timeout, a cancellation or an
+interrupt, every completed step is compensated with the context its own execute returned, under a
+fresh compensation budget and shielded from the cancellation; then the cancellation or interrupt
+propagates unchanged, and any other failure becomes `SagaRolledBack` or `SagaCompensationFailed`.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from aegis_nb.kernel.clock import loop_clock
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import (
+    SagaCompensationFailed,
+    SagaDefinitionError,
+    SagaFailed,
+    SagaRolledBack,
+    StepResultError,
+    ToolTimeoutError,
+)
+from aegis_nb.kernel.executor import DeadlineGuard
+from aegis_nb.kernel.report import (
+    CompensationFailure,
+    ErrorInfo,
+    FailureKind,
+    SagaReport,
+    SagaStatus,
+    StepRef,
+)
+from aegis_nb.saga.definition import StepSpec, normalize_saga
+from aegis_nb.saga.events import (
+    SagaCommitted,
+    SagaCompensated,
+    SagaEvent,
+    SagaStarted,
+    SagaStuck,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+)
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.recorder import Journal, RunRecorder, Sink, SinkSet
+from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.saga.rollback import OwedCompensation, roll_back
+
+DEFAULT_COMPENSATION_BUDGET = 30.0
+"""Seconds each compensation attempt may take; the forward deadline may already be spent."""
+
+
+class WorkflowEngine:
+    """Runs sagas; holds the defaults (retry policy, compensation budget), the journal and the sinks."""
+
+    def __init__(
+        self,
+        *,
+        compensation_retry: RetryPolicy | None = None,
+        compensation_budget: float = DEFAULT_COMPENSATION_BUDGET,
+        journal: Journal | None = None,
+        sinks: Iterable[Sink] = (),
+    ) -> None:
+        if not (isinstance(compensation_budget, int | float) and compensation_budget > 0):
+            raise ValueError(f"compensation_budget must be positive seconds, got {compensation_budget!r}")
+        self.compensation_retry = compensation_retry or RetryPolicy()
+        self.compensation_budget = float(compensation_budget)
+        self.journal = journal
+        self._sinks = SinkSet(sinks)
+
+    # -- observing ------------------------------------------------------------------------------
+
+    def subscribe(self, sink: Sink) -> None:
+        """Call `sink(event)` for every event of every run of this engine."""
+        self._sinks.add(sink)
+
+    def unsubscribe(self, sink: Sink) -> None:
+        """Stop calling `sink`; unknown sinks are ignored."""
+        self._sinks.discard(sink)
+
+    @asynccontextmanager
+    async def event_stream(
+        self, max_buffer: float = math.inf
+    ) -> AsyncIterator[MemoryObjectReceiveStream[SagaEvent]]:
+        """``async with engine.event_stream() as events: async for event in events: ...``.
+
+        A consumer that lets `max_buffer` events pile up is detached (and logged) rather than
+        slowing the saga down.
+        """
+        send, receive = anyio.create_memory_object_stream[SagaEvent](max_buffer)
+        self.subscribe(send.send_nowait)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            self.unsubscribe(send.send_nowait)
+            send.close()
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def execute_saga(
+        self,
+        steps: Any,
+        ctx: AegisContext | None = None,
+        *,
+        name: str = "saga",
+        sinks: Iterable[Sink] = (),
+    ) -> AegisContext:
+        """Run the saga; return the final context, or raise `SagaRolledBack` / `SagaCompensationFailed`.
+
+        Cancellation and interrupts propagate unchanged, after the rollback.
+        """
+        run = await self.run_saga(steps, ctx, name=name, sinks=sinks)
+        return run.unwrap()
+
+    async def run_saga(
+        self,
+        steps: Any,
+        ctx: AegisContext | None = None,
+        *,
+        name: str = "saga",
+        sinks: Iterable[Sink] = (),
+        run_id: str | None = None,
+    ) -> SagaRun:
+        """Run the saga and return its `SagaRun` whatever the outcome (cancellation still propagates)."""
+        specs = normalize_saga(steps)
+        if ctx is None:
+            ctx = AegisContext()
+        elif not isinstance(ctx, AegisContext):
+            raise SagaDefinitionError(f"ctx must be an AegisContext, got {type(ctx).__name__}")
+        clock = loop_clock()
+        if ctx.deadline <= clock():
+            raise ToolTimeoutError(
+                specs[0].name,
+                ctx.deadline - clock(),
+                f"; saga {name!r} did not start, no step ran and nothing needs undoing",
+            )
+        run_id = run_id or uuid.uuid4().hex
+        recorder = RunRecorder(run_id, clock, self.journal, (self._sinks, SinkSet(sinks)))
+        return await _Forward(self, recorder, name, specs, ctx).run()
+
+
+class _Forward:
+    """One run: the forward phase, then commit or rollback."""
+
+    def __init__(
+        self,
+        engine: WorkflowEngine,
+        recorder: RunRecorder,
+        saga: str,
+        specs: tuple[StepSpec, ...],
+        ctx: AegisContext,
+    ) -> None:
+        self.engine = engine
+        self.recorder = recorder
+        self.saga = saga
+        self.specs = specs
+        self.initial = ctx
+        self.snapshots: list[AegisContext] = []  # what each completed step's execute returned
+        self.running: StepSpec | None = None
+        self.step_input = ctx
+        self.step_started = 0.0
+
+    async def run(self) -> SagaRun:
+        recorder, clock = self.recorder, self.recorder.clock
+        run_id = recorder.run_id
+        started = clock()
+        current = self.initial
+        await recorder.emit(SagaStarted, self.saga, tuple(s.name for s in self.specs), current.deadline)
+        guard = DeadlineGuard(current.deadline, clock)
+        try:
+            with guard:
+                for spec in self.specs:
+                    self.running = spec
+                    self.step_input = step_input = current._for_step(run_id, spec.index)
+                    self.step_started = step_started = guard.begin(spec.name)
+                    if spec.timeout is not None:
+                        guard.deadline = min(current.deadline, step_started + spec.timeout)
+                    if step_started >= guard.deadline:
+                        raise ToolTimeoutError(spec.name, guard.deadline - step_started)
+                    await recorder.emit(StepStarted, spec.index, spec.name)
+                    result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
+                    current = self._accept(spec, step_input, result)
+                    if current.deadline != guard.deadline:
+                        guard.deadline = current.deadline
+                    self.snapshots.append(current)
+                    self.running = None
+                    await recorder.emit(StepSucceeded, spec.index, spec.name, clock() - step_started, current)
+        except BaseException as exc:
+            return await self._fail(exc, started)
+        await recorder.emit(SagaCommitted, self.saga, clock() - started, current)
+        return SagaRun(tuple(recorder.events), current, None)
+
+    def _accept(self, spec: StepSpec, step_input: AegisContext, result: object) -> AegisContext:
+        """The context a step produced, checked, stamped, and never with a later deadline."""
+        if result is None:
+            return step_input
+        if not isinstance(result, AegisContext):
+            raise StepResultError(
+                f"step {spec.name!r}: execute() must return an AegisContext or None, "
+                f"got {type(result).__name__}"
+            )
+        result = result._for_step(self.recorder.run_id, spec.index)
+        if result.deadline > step_input.deadline:
+            result = result._with_budget(step_input.deadline)
+        return result
+
+    async def _fail(self, exc: BaseException, started: float) -> SagaRun:
+        """Record the failure, compensate shielded, then re-raise cancellations or build the error."""
+        recorder, clock = self.recorder, self.recorder.clock
+        kind = _classify(exc)
+        secrets = self.step_input.secret_values()
+        cause = ErrorInfo.from_exception(exc, secrets)
+        failed = self.running
+        owed = [
+            OwedCompensation(spec, snapshot)
+            for spec, snapshot in zip(self.specs, self.snapshots, strict=False)
+        ][::-1]
+        with anyio.CancelScope(shield=True):
+            if failed is not None:
+                duration = clock() - self.step_started
+                if isinstance(exc, ToolTimeoutError):
+                    budget = exc.budget if exc.budget is not None else duration
+                    await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
+                else:
+                    await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
+                if failed.in_doubt:
+                    owed.insert(0, OwedCompensation(failed, self.step_input))
+            result = await roll_back(
+                recorder,
+                owed,
+                default_retry=self.engine.compensation_retry,
+                budget=self.engine.compensation_budget,
+            )
+            status = SagaStatus.STUCK if result.failures else SagaStatus.ROLLED_BACK
+            report = self._report(
+                status,
+                failed=failed,
+                kind=kind,
+                cause=cause,
+                compensated=result.compensated,
+                failures=result.failures,
+            )
+            final = SagaStuck if result.failures else SagaCompensated
+            await recorder.emit(final, self.saga, clock() - started, report)
+        if kind in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
+            raise exc
+        error_type = SagaCompensationFailed if result.failures else SagaRolledBack
+        error: SagaFailed = error_type(report)
+        error.__cause__ = exc
+        return SagaRun(tuple(recorder.events), None, error, report)
+
+    def _report(
+        self,
+        status: SagaStatus,
+        *,
+        failed: StepSpec | None = None,
+        kind: FailureKind | None = None,
+        cause: ErrorInfo | None = None,
+        compensated: tuple[StepRef, ...] = (),
+        failures: tuple[CompensationFailure, ...] = (),
+    ) -> SagaReport:
+        return SagaReport(
+            run_id=self.recorder.run_id,
+            saga=self.saga,
+            status=status,
+            steps=tuple(s.name for s in self.specs),
+            succeeded=tuple(StepRef(s.index, s.name) for s in self.specs[: len(self.snapshots)]),
+            failed_step=None if failed is None else StepRef(failed.index, failed.name),
+            failure_kind=kind,
+            cause=cause,
+            compensated=compensated,
+            compensation_failures=failures,
+        )
+
+
+def _classify(exc: BaseException) -> FailureKind:
+    if isinstance(exc, ToolTimeoutError):
+        return FailureKind.TIMEOUT
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return FailureKind.CANCELLED
+    if not isinstance(exc, Exception):
+        return FailureKind.INTERRUPTED
+    return FailureKind.ERROR

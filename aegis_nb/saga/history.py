@@ -1,0 +1,109 @@
+"""Folding a run's events back into what happened: the report, and the in-memory journal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from aegis_nb.kernel.report import (
+    CompensationFailure,
+    ErrorInfo,
+    FailureKind,
+    SagaReport,
+    SagaStatus,
+    StepRef,
+)
+from aegis_nb.saga.events import (
+    CompensationFailed,
+    CompensationSucceeded,
+    SagaCommitted,
+    SagaCompensated,
+    SagaEvent,
+    SagaStarted,
+    SagaStuck,
+    StepFailed,
+    StepSucceeded,
+    StepTimedOut,
+)
+
+
+def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
+    """Rebuild the `SagaReport` of one run from its events, finished or not."""
+    run_id, saga = "", ""
+    steps: tuple[str, ...] = ()
+    status = SagaStatus.RUNNING
+    succeeded: list[StepRef] = []
+    failed: StepRef | None = None
+    kind: FailureKind | None = None
+    cause: ErrorInfo | None = None
+    compensated: list[StepRef] = []
+    failures: list[CompensationFailure] = []
+    for event in events:
+        match event:
+            case SagaStarted():
+                run_id, saga, steps = event.run_id, event.saga, event.steps
+            case StepSucceeded():
+                succeeded.append(StepRef(event.index, event.step))
+            case StepFailed():
+                failed, kind, cause = StepRef(event.index, event.step), event.kind, event.error
+                status = SagaStatus.COMPENSATING
+            case StepTimedOut():
+                failed, kind, cause = (
+                    StepRef(event.index, event.step),
+                    FailureKind.TIMEOUT,
+                    event.error,
+                )
+                status = SagaStatus.COMPENSATING
+            case CompensationSucceeded():
+                compensated.append(StepRef(event.index, event.step))
+                status = SagaStatus.COMPENSATING
+            case CompensationFailed(will_retry=False):
+                failures.append(
+                    CompensationFailure(StepRef(event.index, event.step), event.attempt, event.error)
+                )
+            case SagaCommitted():
+                status = SagaStatus.COMMITTED
+            case SagaCompensated() | SagaStuck():
+                status = SagaStatus.STUCK if isinstance(event, SagaStuck) else SagaStatus.ROLLED_BACK
+                if failed is None:
+                    # Failed between steps (a sink or journal error): only the final report knows why.
+                    kind, cause = event.report.failure_kind, event.report.cause
+    return SagaReport(
+        run_id=run_id,
+        saga=saga,
+        status=status,
+        steps=steps,
+        succeeded=tuple(succeeded),
+        failed_step=failed,
+        failure_kind=kind,
+        cause=cause,
+        compensated=tuple(compensated),
+        compensation_failures=tuple(failures),
+    )
+
+
+class InMemoryJournal:
+    """Keeps every run's events in order, for tests, notebooks and replay. Not durable."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, list[SagaEvent]] = {}
+
+    async def append(self, event: SagaEvent) -> None:
+        self._runs.setdefault(event.run_id, []).append(event)
+
+    def run_ids(self) -> tuple[str, ...]:
+        """Run ids in the order their first event arrived."""
+        return tuple(self._runs)
+
+    def events(self, run_id: str) -> tuple[SagaEvent, ...]:
+        """The events of one run, in order; `KeyError` for an unknown run."""
+        return tuple(self._runs[run_id])
+
+    def report(self, run_id: str) -> SagaReport:
+        """The report of one run, rebuilt from its events."""
+        return fold_report(self._runs[run_id])
+
+    def unfinished(self) -> Iterator[str]:
+        """Run ids whose last event is not final (what recovery would have to finish)."""
+        for run_id, events in self._runs.items():
+            if not isinstance(events[-1], SagaCommitted | SagaCompensated | SagaStuck):
+                yield run_id

@@ -1,0 +1,82 @@
+"""`RunRecorder`: numbers, timestamps, journals and publishes one run's events.
+
+The journal is written first, so a sink (a widget, a progress reporter) never shows a transition
+that a crash could forget. A sink that raises is detached and logged; it never breaks the saga.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from aegis_nb.kernel.clock import Clock
+from aegis_nb.saga.events import SagaEvent
+
+logger = logging.getLogger("aegis_nb.saga")
+
+Sink = Callable[[SagaEvent], object]
+"""A synchronous event consumer; it must not block (hand work to a task if it has to)."""
+
+
+class Journal(Protocol):
+    """Durable (or in-memory) record of every run's events, written before the engine acts."""
+
+    async def append(self, event: SagaEvent) -> None:
+        """Record `event`; return only once it is as durable as this journal promises."""
+        ...
+
+
+class SinkSet:
+    """A copy-on-write set of sinks, so detaching one mid-publish is safe."""
+
+    __slots__ = ("_sinks",)
+
+    def __init__(self, sinks: Iterable[Sink] = ()) -> None:
+        self._sinks: tuple[Sink, ...] = tuple(sinks)
+
+    def add(self, sink: Sink) -> None:
+        if not callable(sink):
+            raise TypeError(f"a sink must be callable, got {type(sink).__name__}")
+        self._sinks = (*self._sinks, sink)
+
+    def discard(self, sink: Sink) -> None:
+        self._sinks = tuple(s for s in self._sinks if s is not sink)
+
+
+class RunRecorder:
+    """Builds each event with the run id, the next sequence number and the clock time."""
+
+    __slots__ = ("_sinks", "clock", "events", "journal", "run_id")
+
+    def __init__(
+        self, run_id: str, clock: Clock, journal: Journal | None, sink_sets: tuple[SinkSet, ...]
+    ) -> None:
+        self.run_id = run_id
+        self.clock = clock
+        self.journal = journal
+        self.events: list[SagaEvent] = []
+        # Flattened once per run: publishing is on the hot path, two events per step.
+        self._sinks = tuple((sink, origin) for origin in sink_sets for sink in origin._sinks)
+
+    async def emit(self, event_type: Callable[..., SagaEvent], *fields: Any) -> SagaEvent:
+        """Create ``event_type(run_id, seq, time, *fields)``, journal it, then publish it."""
+        event = event_type(self.run_id, len(self.events), self.clock(), *fields)
+        if self.journal is not None:
+            await self.journal.append(event)
+        self.events.append(event)
+        for sink, origin in self._sinks:
+            try:
+                sink(event)
+            except Exception:
+                self._detach(sink, origin, event)
+        return event
+
+    def _detach(self, sink: Sink, origin: SinkSet, event: SagaEvent) -> None:
+        self._sinks = tuple(pair for pair in self._sinks if pair[0] is not sink)
+        origin.discard(sink)
+        logger.exception(
+            "event sink %r raised on %s and was detached; the saga goes on",
+            sink,
+            type(event).__name__,
+        )

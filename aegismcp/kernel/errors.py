@@ -1,0 +1,21 @@
+"""Alias of `aegis_nb.kernel.errors`."""
+
+from aegis_nb.kernel.errors import (
+    AegisError,
+    SagaCompensationFailed,
+    SagaDefinitionError,
+    SagaFailed,
+    SagaRolledBack,
+    StepResultError,
+    ToolTimeoutError,
+)
+
+__all__ = [
+    "AegisError",
+    "SagaCompensationFailed",
+    "SagaDefinitionError",
+    "SagaFailed",
+    "SagaRolledBack",
+    "StepResultError",
+    "ToolTimeoutError",
+]

@@ -1,0 +1,1 @@
+"""Alias of `aegis_nb.server`."""

@@ -1,0 +1,150 @@
+"""Engine overhead per step, as ratios taken in one run.
+
+1,000-step sagas of trivial async steps, all succeeding and with the last one failing (999
+compensations), through: a bare asyncio loop awaiting the same steps (the floor), latch-idempotent's
+``Saga.run_async`` (the fastest peer: no deadlines, no events), and our `WorkflowEngine` with events
+captured, without and with a deadline. Targets (issue 2): per step no slower than latch-idempotent
+in both scenarios, and within 10x of the bare loop.
+
+    python bench/engine.py [--steps 1000] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+
+from aegis_nb import AegisContext, RetryPolicy, SagaFailed, WorkflowEngine
+from aegis_nb.testing import EventCapture
+
+try:
+    from latch.exceptions import SagaExecutionError
+    from latch.saga import Saga as LatchSaga
+except ImportError:  # the peer lives in the bench extra
+    LatchSaga = None
+
+
+class Boom(Exception):
+    pass
+
+
+class TrivialStep:
+    """Does nothing, succeeds (or fails, for the last step of the failure scenario)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    async def execute(self, ctx: AegisContext) -> AegisContext | None:
+        if self.fail:
+            raise Boom("last step fails")
+        return None
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+def make_steps(n: int, fail_last: bool) -> list[TrivialStep]:
+    return [TrivialStep(fail=fail_last and i == n - 1) for i in range(n)]
+
+
+async def bare_loop(steps: list[TrivialStep]) -> None:
+    ctx = AegisContext()
+    done = []
+    try:
+        for s in steps:
+            await s.execute(ctx)
+            done.append(s)
+    except Boom:
+        for s in reversed(done):
+            await s.compensate(ctx)
+
+
+async def latch(steps: list[TrivialStep]) -> None:
+    assert LatchSaga is not None
+    ctx = AegisContext()
+    saga = LatchSaga("bench")
+    for s in steps:
+
+        async def action(s: TrivialStep = s) -> AegisContext | None:
+            return await s.execute(ctx)
+
+        async def compensation(result: object, s: TrivialStep = s) -> None:
+            await s.compensate(ctx)
+
+        saga.add_step(action, compensation=compensation)
+    with contextlib.suppress(SagaExecutionError):
+        await saga.run_async()
+
+
+def ours(deadline: bool) -> Callable[[list[TrivialStep]], Awaitable[None]]:
+    engine = WorkflowEngine(compensation_retry=RetryPolicy.never())
+
+    async def run(steps: list[TrivialStep]) -> None:
+        capture = EventCapture()
+        ctx = AegisContext()
+        if deadline:
+            ctx = ctx.with_timeout(3600)
+        with contextlib.suppress(SagaFailed):
+            await engine.execute_saga(steps, ctx, name="bench", sinks=[capture])
+
+    return run
+
+
+def measure(
+    fn: Callable[[list[TrivialStep]], Awaitable[None]], steps: list[TrivialStep], repeat: int
+) -> float:
+    """Median µs per step over `repeat` runs (after one warm-up)."""
+
+    async def main() -> list[float]:
+        await fn(steps)
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            await fn(steps)
+            times.append(time.perf_counter() - start)
+        return times
+
+    return statistics.median(asyncio.run(main())) / len(steps) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+
+    contenders: list[tuple[str, Callable[[list[TrivialStep]], Awaitable[None]]]] = [
+        ("bare asyncio loop", bare_loop),
+    ]
+    if LatchSaga is not None:
+        contenders.append(("latch-idempotent Saga.run_async", latch))
+    contenders += [
+        ("aegis_nb, events captured", ours(deadline=False)),
+        ("aegis_nb, events + deadline", ours(deadline=True)),
+    ]
+    print(f"{args.steps}-step sagas, median of {args.repeat} runs, µs per step")
+    print(f"{'engine':<36}{'all succeed':>14}{'last fails':>14}{'x bare':>10}{'x latch':>10}")
+    rows = {}
+    for label, fn in contenders:
+        ok = measure(fn, make_steps(args.steps, False), args.repeat)
+        bad = measure(fn, make_steps(args.steps, True), args.repeat)
+        rows[label] = (ok, bad)
+    bare = rows["bare asyncio loop"]
+    peer = rows.get("latch-idempotent Saga.run_async")
+    for label, (ok, bad) in rows.items():
+        x_bare = f"{max(ok / bare[0], bad / bare[1]):.1f}"
+        x_peer = f"{max(ok / peer[0], bad / peer[1]):.2f}" if peer else "n/a"
+        print(f"{label:<36}{ok:>14.2f}{bad:>14.2f}{x_bare:>10}{x_peer:>10}")
+    if peer is None:
+        print("latch-idempotent is not installed: pip install -e '.[bench]' for the peer column")
+    print("(x bare, x latch: the worse of the two scenarios; targets: x latch <= 1, x bare <= 10)")
+
+
+if __name__ == "__main__":
+    main()
