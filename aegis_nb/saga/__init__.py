@@ -1,7 +1,7 @@
 """Saga layer: steps, the engine, events, sinks, journals. Depends on the kernel only."""
 
 from aegis_nb.saga.definition import SagaEntry, Step, StepSpec, normalize_saga
-from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.engine import WorkflowEngine, saga_name
 from aegis_nb.saga.events import (
     EVENT_TYPES,
     CompensationFailed,
@@ -55,5 +55,6 @@ __all__ = [
     "describe",
     "fold_report",
     "normalize_saga",
+    "saga_name",
     "step",
 ]

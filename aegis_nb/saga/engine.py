@@ -14,6 +14,7 @@ import math
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -54,6 +55,9 @@ from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import Journal, RunRecorder, Sink, SinkSet
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.saga.rollback import OwedCompensation, roll_back
+
+saga_name: ContextVar[str] = ContextVar("aegis_saga_name", default="saga")
+"""The name runs get when `run_saga` is not given one; a workflow server sets it per request."""
 
 DEFAULT_COMPENSATION_BUDGET = 30.0
 """Seconds each compensation attempt may take; the forward deadline may already be spent."""
@@ -112,7 +116,7 @@ class WorkflowEngine:
         steps: Any,
         ctx: AegisContext | None = None,
         *,
-        name: str = "saga",
+        name: str | None = None,
         sinks: Iterable[Sink] = (),
     ) -> AegisContext:
         """Run the saga; return the final context, or raise `SagaRolledBack` / `SagaCompensationFailed`.
@@ -127,11 +131,14 @@ class WorkflowEngine:
         steps: Any,
         ctx: AegisContext | None = None,
         *,
-        name: str = "saga",
+        name: str | None = None,
         sinks: Iterable[Sink] = (),
         run_id: str | None = None,
     ) -> SagaRun:
-        """Run the saga and return its `SagaRun` whatever the outcome (cancellation still propagates)."""
+        """Run the saga and return its `SagaRun` whatever the outcome (cancellation still propagates).
+
+        `name` defaults to `saga_name` (set by `AegisMCP` to the workflow's name), else ``"saga"``.
+        """
         specs = normalize_saga(steps)
         if ctx is None:
             ctx = AegisContext()
@@ -144,7 +151,10 @@ class WorkflowEngine:
                 ctx.deadline - clock(),
                 f"; saga {name!r} did not start, no step ran and nothing needs undoing",
             )
+        name = name or saga_name.get()
         run_id = run_id or uuid.uuid4().hex
+        if self.journal is not None:
+            await self.journal.open_run(run_id, name, specs)
         recorder = RunRecorder(run_id, clock, self.journal, (self._sinks, SinkSet(sinks)))
         return await _Forward(self, recorder, name, specs, ctx).run()
 
@@ -175,7 +185,9 @@ class _Forward:
         run_id = recorder.run_id
         started = clock()
         current = self.initial
-        await recorder.emit(SagaStarted, self.saga, tuple(s.name for s in self.specs), current.deadline)
+        await recorder.emit(
+            SagaStarted, self.saga, tuple(s.name for s in self.specs), current.deadline, current
+        )
         guard = DeadlineGuard(current.deadline, clock)
         try:
             with guard:

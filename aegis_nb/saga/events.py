@@ -25,11 +25,15 @@ class EventBase:
 
 @record
 class SagaStarted(EventBase):
-    """A run began; `steps` are the display names in order, `deadline` is absolute (inf: none)."""
+    """A run began; `steps` are the display names in order, `deadline` is absolute (inf: none).
+
+    `context` is the initial context: what step 0 receives (and, if in doubt, compensates with).
+    """
 
     saga: str
     steps: tuple[str, ...]
     deadline: float
+    context: AegisContext
 
 
 @record

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from aegis_nb.kernel.report import (
     CompensationFailure,
@@ -12,6 +12,7 @@ from aegis_nb.kernel.report import (
     SagaStatus,
     StepRef,
 )
+from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationSucceeded,
@@ -86,6 +87,9 @@ class InMemoryJournal:
 
     def __init__(self) -> None:
         self._runs: dict[str, list[SagaEvent]] = {}
+
+    async def open_run(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
+        """Nothing to check: an in-memory journal never outlives its steps."""
 
     async def append(self, event: SagaEvent) -> None:
         self._runs.setdefault(event.run_id, []).append(event)

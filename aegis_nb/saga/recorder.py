@@ -7,10 +7,11 @@ that a crash could forget. A sink that raises is detached and logged; it never b
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from aegis_nb.kernel.clock import Clock
+from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import SagaEvent
 
 logger = logging.getLogger("aegis_nb.saga")
@@ -21,6 +22,11 @@ Sink = Callable[[SagaEvent], object]
 
 class Journal(Protocol):
     """Durable (or in-memory) record of every run's events, written before the engine acts."""
+
+    async def open_run(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
+        """Called before a run's first event. A durable journal checks here that recovery could
+        rebuild these steps (identity, JSON arguments) and raises, so that nothing runs otherwise."""
+        ...
 
     async def append(self, event: SagaEvent) -> None:
         """Record `event`; return only once it is as durable as this journal promises."""
