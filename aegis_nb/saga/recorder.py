@@ -70,13 +70,17 @@ class RunRecorder:
         event = event_type(self.run_id, len(self.events), self.clock(), *fields)
         if self.journal is not None:
             await self.journal.append(event)
+        self.publish(event)
+        return event
+
+    def publish(self, event: SagaEvent) -> None:
+        """Record `event` in the run and hand it to every sink (the journal must already have it)."""
         self.events.append(event)
         for sink, origin in self._sinks:
             try:
                 sink(event)
             except Exception:
                 self._detach(sink, origin, event)
-        return event
 
     def _detach(self, sink: Sink, origin: SinkSet, event: SagaEvent) -> None:
         self._sinks = tuple(pair for pair in self._sinks if pair[0] is not sink)

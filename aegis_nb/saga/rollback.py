@@ -12,7 +12,7 @@ twice it. Arming a timer per attempt would cost more than the rest of the rollba
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -42,19 +42,6 @@ class RollbackResult:
     failures: tuple[CompensationFailure, ...]
 
 
-class _Attempt:
-    """The compensation in progress: which step, which attempt, and its remaining backoff delays."""
-
-    __slots__ = ("delays", "item", "number", "policy", "started")
-
-    def __init__(self, item: OwedCompensation, policy: RetryPolicy) -> None:
-        self.item = item
-        self.policy = policy
-        self.delays = policy.delays()
-        self.number = 1
-        self.started = 0.0
-
-
 async def roll_back(
     recorder: RunRecorder,
     owed: Sequence[OwedCompensation],
@@ -63,68 +50,89 @@ async def roll_back(
     budget: float,
 ) -> RollbackResult:
     """Compensate `owed` in the order given (callers pass newest first), shielded from cancellation."""
-    rollback = _Rollback(recorder, budget)
-    pending = deque(_Attempt(item, item.spec.retry or default_retry) for item in owed)
+    rollback = _Rollback(recorder, owed, default_retry, budget)
     with anyio.CancelScope(shield=True):
-        while pending:
+        while rollback.pending:
             # A fresh backstop after each one that fired; normally this loop runs once.
             guard = DeadlineGuard(recorder.clock() + 2 * budget, recorder.clock)
             try:
                 with guard:
-                    while pending:
-                        await rollback.attempt(guard, pending)
+                    while rollback.pending:
+                        await rollback.attempt(guard)
             except ToolTimeoutError as exc:
-                await rollback.failed(pending, exc, None)
+                await rollback.failed(exc, None)
     return RollbackResult(tuple(rollback.compensated), tuple(rollback.failures))
 
 
 class _Rollback:
-    def __init__(self, recorder: RunRecorder, budget: float) -> None:
+    """The queue of owed compensations; retry state is kept for the head of the queue only."""
+
+    def __init__(
+        self,
+        recorder: RunRecorder,
+        owed: Sequence[OwedCompensation],
+        default_retry: RetryPolicy,
+        budget: float,
+    ) -> None:
         self.recorder = recorder
+        self.pending = deque(owed)
+        self.default_retry = default_retry
         self.budget = budget
         self.compensated: list[StepRef] = []
         self.failures: list[CompensationFailure] = []
+        self.attempt_number = 1
+        self.attempt_started = 0.0
+        self.delays: Iterator[float] | None = None
 
-    async def attempt(self, guard: DeadlineGuard, pending: deque[_Attempt]) -> None:
-        """Run the first pending attempt; on success or final failure, drop it from `pending`."""
-        attempt = pending[0]
-        spec = attempt.item.spec
-        attempt.started = now = guard.begin(spec.name)
+    def _next(self) -> None:
+        self.pending.popleft()
+        self.attempt_number = 1
+        self.delays = None
+
+    async def attempt(self, guard: DeadlineGuard) -> None:
+        """Run the head compensation once; on success or final failure, move on to the next."""
+        recorder, item = self.recorder, self.pending[0]
+        spec = item.spec
+        self.attempt_started = now = guard.begin(spec.name)
         if guard.deadline < now + self.budget:
             guard.deadline = now + 2 * self.budget
-        ctx = attempt.item.snapshot._with_budget(now + self.budget)
-        await self.recorder.emit(CompensationStarted, spec.index, spec.name, attempt.number)
+        ctx = item.snapshot._with_budget(now + self.budget)
+        await recorder.emit(CompensationStarted, spec.index, spec.name, self.attempt_number)
         try:
             await spec.step.compensate(ctx, *spec.args, **spec.kwargs)
         except Exception as exc:
-            await self.failed(pending, exc, guard)
+            await self.failed(exc, guard)
         else:
-            pending.popleft()
-            duration = self.recorder.clock() - now
-            await self.recorder.emit(CompensationSucceeded, spec.index, spec.name, attempt.number, duration)
+            attempt = self.attempt_number
+            self._next()
+            await recorder.emit(CompensationSucceeded, spec.index, spec.name, attempt, recorder.clock() - now)
             self.compensated.append(StepRef(spec.index, spec.name))
 
-    async def failed(self, pending: deque[_Attempt], exc: Exception, guard: DeadlineGuard | None) -> None:
+    async def failed(self, exc: Exception, guard: DeadlineGuard | None) -> None:
         """Record a failed attempt; back off before the next one, or give up on this step."""
-        attempt = pending[0]
-        spec, clock = attempt.item.spec, self.recorder.clock
-        error = ErrorInfo.from_exception(exc, attempt.item.snapshot.secret_values())
-        will_retry = attempt.number < attempt.policy.attempts
+        item, clock = self.pending[0], self.recorder.clock
+        spec = item.spec
+        policy = spec.retry or self.default_retry
+        error = ErrorInfo.from_exception(exc, item.snapshot.secret_values())
+        attempt = self.attempt_number
+        will_retry = attempt < policy.attempts
         await self.recorder.emit(
             CompensationFailed,
             spec.index,
             spec.name,
-            attempt.number,
-            clock() - attempt.started,
+            attempt,
+            clock() - self.attempt_started,
             error,
             will_retry,
         )
         if not will_retry:
-            pending.popleft()
-            self.failures.append(CompensationFailure(StepRef(spec.index, spec.name), attempt.number, error))
+            self._next()
+            self.failures.append(CompensationFailure(StepRef(spec.index, spec.name), attempt, error))
             return
-        delay = next(attempt.delays)
-        attempt.number += 1
+        if self.delays is None:
+            self.delays = policy.delays()
+        delay = next(self.delays)
+        self.attempt_number += 1
         # Keep the backstop clear of the backoff, so it can only fire on a compensation.
         now = clock()
         if guard is not None and guard.deadline < now + delay + self.budget:
