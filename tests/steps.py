@@ -1,0 +1,76 @@
+"""Steps for engine tests: they record what they were given, and fail or hang on request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from aegis_nb import AegisContext, RetryPolicy
+
+
+@dataclass
+class Calls:
+    """Every execute/compensate call in order, with the context it received."""
+
+    log: list[tuple[str, str, AegisContext]] = field(default_factory=list)
+
+    def trail(self) -> list[tuple[str, str]]:
+        return [(what, name) for what, name, _ in self.log]
+
+    def contexts(self, what: str, name: str) -> list[AegisContext]:
+        return [ctx for w, n, ctx in self.log if (w, n) == (what, name)]
+
+
+class Boom(Exception):
+    """The failure test steps raise."""
+
+
+class Recorded:
+    """A step that stores `{name}_id` in the metadata and records every call.
+
+    `fail` makes execute raise; `hang` makes it wait forever (for deadlines and cancellation);
+    `compensation_failures` makes the first N compensations raise.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        calls: Calls,
+        *,
+        fail: str | None = None,
+        hang: bool = False,
+        on_execute: Callable[[], None] | None = None,
+        compensation_failures: int = 0,
+        in_doubt: bool = False,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.name = name
+        self.calls = calls
+        self.fail = fail
+        self.hang = hang
+        self.on_execute = on_execute
+        self.compensation_failures = compensation_failures
+        self.in_doubt = in_doubt
+        self.compensation_retry = retry
+        self.timeout = timeout
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        self.calls.log.append(("execute", self.name, ctx))
+        if self.on_execute is not None:
+            self.on_execute()
+        await anyio.lowlevel.checkpoint()
+        if self.hang:
+            await anyio.sleep_forever()
+        if self.fail is not None:
+            raise Boom(self.fail)
+        return ctx.with_metadata({f"{self.name}_id": f"{self.name.upper()}-{ctx.step_index}"})
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        self.calls.log.append(("compensate", self.name, ctx))
+        await anyio.lowlevel.checkpoint()
+        if self.compensation_failures > 0:
+            self.compensation_failures -= 1
+            raise Boom(f"{self.name} cannot be undone yet")

@@ -1,0 +1,99 @@
+"""Cancelling the caller mid-saga still undoes every completed step, then the cancellation propagates."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from aegis_nb import FailureKind, SagaStatus, WorkflowEngine
+from aegis_nb.testing import EventCapture
+from tests.steps import Calls, Recorded
+
+pytestmark = pytest.mark.anyio
+
+ROLLED_BACK_TRAIL = [
+    ("SagaStarted",),
+    ("StepStarted", "flight"),
+    ("StepSucceeded", "flight"),
+    ("StepStarted", "hotel"),
+    ("StepSucceeded", "hotel"),
+    ("StepStarted", "card"),
+    ("StepFailed", "card"),
+    ("CompensationStarted", "hotel"),
+    ("CompensationSucceeded", "hotel"),
+    ("CompensationStarted", "flight"),
+    ("CompensationSucceeded", "flight"),
+    ("SagaCompensated",),
+]
+
+
+def hanging_travel(calls: Calls, on_card: object = None) -> list[Recorded]:
+    return [
+        Recorded("flight", calls),
+        Recorded("hotel", calls),
+        Recorded("card", calls, hang=True, on_execute=on_card),  # type: ignore[arg-type]
+    ]
+
+
+async def test_cancelling_an_enclosing_scope_rolls_back_then_propagates() -> None:
+    calls, capture = Calls(), EventCapture()
+    with anyio.CancelScope() as scope:
+        await WorkflowEngine(sinks=[capture]).run_saga(hanging_travel(calls, on_card=scope.cancel))
+        pytest.fail("the cancellation should have propagated")
+    assert scope.cancelled_caught
+    assert capture.trail() == ROLLED_BACK_TRAIL
+    report = capture.events[-1].report  # type: ignore[union-attr]
+    assert (report.status, report.failure_kind) == (SagaStatus.ROLLED_BACK, FailureKind.CANCELLED)
+
+
+async def test_move_on_after_around_the_saga_still_rolls_back() -> None:
+    calls, capture = Calls(), EventCapture()
+    with anyio.move_on_after(0.02) as scope:
+        await WorkflowEngine(sinks=[capture]).run_saga(hanging_travel(calls))
+    assert scope.cancelled_caught
+    assert capture.trail() == ROLLED_BACK_TRAIL
+
+
+async def test_cancelling_a_task_group_rolls_back_the_saga_in_it() -> None:
+    calls, capture = Calls(), EventCapture()
+    card_started = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(WorkflowEngine(sinks=[capture]).run_saga, hanging_travel(calls, card_started.set))
+        await card_started.wait()
+        tg.cancel_scope.cancel()
+    assert capture.trail() == ROLLED_BACK_TRAIL
+
+
+async def test_compensations_are_shielded_from_the_cancellation() -> None:
+    """The compensation itself awaits after the cancel: it must still run to completion."""
+    calls, capture = Calls(), EventCapture()
+    finished = []
+
+    class SlowUndo(Recorded):
+        async def compensate(self, ctx: object) -> None:  # type: ignore[override]
+            await anyio.sleep(0.01)  # would raise at once if the cancellation reached it
+            finished.append(self.name)
+
+    steps = [SlowUndo("flight", calls), SlowUndo("hotel", calls), Recorded("card", calls, hang=True)]
+    with anyio.move_on_after(0.01):
+        await WorkflowEngine(sinks=[capture]).run_saga(steps)
+    assert finished == ["hotel", "flight"]
+
+
+async def test_keyboard_interrupt_in_a_step_rolls_back_then_propagates_unchanged() -> None:
+    calls, capture = Calls(), EventCapture()
+    interrupt = KeyboardInterrupt("Ctrl-C in the cell")
+
+    def press_ctrl_c() -> None:
+        raise interrupt
+
+    steps = [
+        Recorded("flight", calls),
+        Recorded("hotel", calls),
+        Recorded("card", calls, on_execute=press_ctrl_c),
+    ]
+    with pytest.raises(KeyboardInterrupt) as raised:
+        await WorkflowEngine(sinks=[capture]).run_saga(steps)
+    assert raised.value is interrupt
+    assert capture.trail() == ROLLED_BACK_TRAIL
+    assert capture.events[-1].report.failure_kind is FailureKind.INTERRUPTED  # type: ignore[union-attr]

@@ -1,0 +1,117 @@
+"""Observing runs: subscribe/unsubscribe, the async event stream, secrets kept out of every event."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from aegis_nb import (
+    AegisContext,
+    SagaCompensationFailed,
+    SagaRolledBack,
+    Secret,
+    WorkflowEngine,
+    describe,
+    step,
+)
+from aegis_nb.saga import SagaEvent
+from aegis_nb.testing import EventCapture, outline
+from tests.steps import Calls, Recorded
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_unsubscribed_sinks_see_nothing_more() -> None:
+    capture = EventCapture()
+    engine = WorkflowEngine()
+    engine.subscribe(capture)
+    await engine.execute_saga([Recorded("flight", Calls())])
+    engine.unsubscribe(capture)
+    await engine.execute_saga([Recorded("flight", Calls())])
+    assert len(capture) == 4
+
+
+async def test_per_run_sinks_see_only_their_run() -> None:
+    engine, first = WorkflowEngine(), EventCapture()
+    run = await engine.run_saga([Recorded("flight", Calls())], sinks=[first])
+    await engine.run_saga([Recorded("flight", Calls())])
+    assert {e.run_id for e in first} == {run.run_id}
+
+
+async def test_the_event_stream_delivers_every_event_in_order() -> None:
+    engine = WorkflowEngine()
+    received: list[SagaEvent] = []
+    async with engine.event_stream() as events:
+        run = await engine.run_saga([Recorded("flight", Calls()), Recorded("hotel", Calls(), fail="x")])
+        async for event in events:
+            received.append(event)
+            if event.seq == len(run.events) - 1:
+                break
+    assert tuple(received) == run.events
+
+
+async def test_secrets_stay_out_of_events_errors_and_traces() -> None:
+    card = "4111-1111-1111-1111"
+
+    @step
+    async def charge(ctx: AegisContext) -> AegisContext:
+        raise RuntimeError(f"card {ctx.metadata['card'].reveal()} declined")
+
+    @charge.compensation
+    async def refund(ctx: AegisContext) -> None:
+        return None
+
+    @step(name="Hold")
+    async def hold(ctx: AegisContext) -> AegisContext:
+        return ctx.with_metadata({"hold": "H1"})
+
+    @hold.compensation
+    async def release(ctx: AegisContext) -> None:
+        raise RuntimeError(f"cannot release hold for {ctx.metadata['card'].reveal()}")
+
+    capture = EventCapture()
+    engine = WorkflowEngine(sinks=[capture])
+    with pytest.raises(SagaCompensationFailed) as raised:
+        await engine.execute_saga([hold, charge], AegisContext({"card": Secret(card)}))
+    shown = [repr(e) for e in capture] + [describe(e) for e in capture] + [str(raised.value)]
+    assert not [text for text in shown if card in text]
+    assert "card *** declined" in str(raised.value)
+    assert [outline(e) for e in capture][-3:] == [
+        ("CompensationStarted", "Hold"),
+        ("CompensationFailed", "Hold"),
+        ("SagaStuck",),
+    ]
+
+
+async def test_function_steps_execute_and_compensate_with_arguments() -> None:
+    log: list[tuple[str, object]] = []
+
+    @step(name="BookFlight")
+    async def book(ctx: AegisContext, destination: str, *, seats: int) -> AegisContext:
+        log.append(("book", (destination, seats)))
+        return ctx.with_metadata({"flight_id": f"F-{destination}"})
+
+    @book.compensation
+    async def cancel(ctx: AegisContext, destination: str, *, seats: int) -> None:
+        log.append(("cancel", ctx.metadata["flight_id"]))
+
+    @step(read_only=True)
+    async def check_weather(ctx: AegisContext) -> None:
+        raise RuntimeError("storm")
+
+    with pytest.raises(SagaRolledBack):
+        await WorkflowEngine().execute_saga([(book, ("LIS",), {"seats": 2}), check_weather])
+    assert log == [("book", ("LIS", 2)), ("cancel", "F-LIS")]
+    assert book.name == "BookFlight"
+    assert repr(book) == "<step BookFlight>"
+
+
+async def test_events_carry_times_on_the_loop_clock() -> None:
+    capture = EventCapture()
+    before = anyio.current_time()
+    await WorkflowEngine(sinks=[capture]).execute_saga([Recorded("flight", Calls())])
+    after = anyio.current_time()
+    times = [e.time for e in capture]
+    assert times == sorted(times)
+    assert before <= times[0]
+    assert times[-1] <= after

@@ -1,0 +1,78 @@
+"""The public API is curated: `aegis_nb.__all__` is pinned, and importing does no heavy work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import aegis_nb
+
+PUBLIC_API = [
+    "AegisContext",
+    "AegisError",
+    "AegisMCP",
+    "CompensationFailed",
+    "CompensationFailure",
+    "CompensationStarted",
+    "CompensationSucceeded",
+    "ErrorInfo",
+    "FailureKind",
+    "FunctionStep",
+    "InMemoryJournal",
+    "Journal",
+    "RetryPolicy",
+    "SagaCommitted",
+    "SagaCompensated",
+    "SagaCompensationFailed",
+    "SagaDefinitionError",
+    "SagaEvent",
+    "SagaFailed",
+    "SagaReport",
+    "SagaRolledBack",
+    "SagaRun",
+    "SagaStarted",
+    "SagaStatus",
+    "SagaStuck",
+    "Secret",
+    "Sink",
+    "Step",
+    "StepFailed",
+    "StepRef",
+    "StepResultError",
+    "StepStarted",
+    "StepSucceeded",
+    "StepTimedOut",
+    "ToolExecutor",
+    "ToolTimeoutError",
+    "WorkflowEngine",
+    "__version__",
+    "describe",
+    "step",
+]
+
+
+def test_public_api_is_pinned() -> None:
+    assert sorted(aegis_nb.__all__) == sorted(PUBLIC_API)
+    for name in aegis_nb.__all__:
+        assert getattr(aegis_nb, name) is not None, name
+
+
+def test_importing_aegis_nb_loads_neither_mcp_nor_jupyter() -> None:
+    code = (
+        "import sys, aegis_nb; "
+        "heavy = ('mcp', 'ipywidgets', 'IPython', 'graphviz', 'temporalio'); "
+        "heavy = [m for m in heavy if m in sys.modules]; "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_aegismcp_alias_exposes_the_documented_names() -> None:
+    from aegismcp.kernel.context import AegisContext
+    from aegismcp.kernel.errors import SagaRolledBack, ToolTimeoutError
+    from aegismcp.server.app import AegisMCP
+
+    assert AegisContext is aegis_nb.AegisContext
+    assert AegisMCP is aegis_nb.AegisMCP
+    assert (SagaRolledBack, ToolTimeoutError) == (aegis_nb.SagaRolledBack, aegis_nb.ToolTimeoutError)
