@@ -4,6 +4,7 @@
      ├── ToolTimeoutError          (also TimeoutError) a step or tool ran past its context deadline
      ├── SagaDefinitionError       (also TypeError)    a saga or step is malformed; nothing ran
      ├── StepResultError           (also TypeError)    execute() returned neither a context nor None
+     ├── ToolError                                     an MCP tool call came back with is_error
      └── SagaFailed                                    a saga did not commit; carries a SagaReport
           ├── SagaRolledBack                           every completed step was compensated
           └── SagaCompensationFailed                   some compensation still failed: see report
@@ -43,6 +44,21 @@ class SagaDefinitionError(AegisError, TypeError):
 
 class StepResultError(AegisError, TypeError):
     """A step's execute() returned something other than an AegisContext or None."""
+
+
+class ToolError(AegisError):
+    """An MCP tool answered with ``is_error``: `message` is its text, `structured` its structured content.
+
+    The error reads as the tool's own words (a saga report then says "Card Declined!"); `tool` names
+    the tool. A workflow served by `AegisMCP` that rolled back arrives this way, its report as
+    `structured`. Tools served by `AegisMCP` may raise it to refuse a call in their own words.
+    """
+
+    def __init__(self, tool: str, message: str, structured: dict[str, object] | None = None) -> None:
+        self.tool = tool
+        self.message = message
+        self.structured = structured
+        super().__init__(message)
 
 
 class SagaFailed(AegisError):

@@ -1,38 +1,340 @@
-"""`AegisMCP`: an `MCPServer` that also serves `@app.workflow` sagas as MCP tools."""
+"""`AegisMCP`: an `MCPServer` that also serves `@app.workflow` sagas as MCP tools.
+
+A workflow is ``async def fn(ctx: AegisContext, ...typed params)``; its MCP input schema comes from the
+parameters after the context, so the SDK rejects bad arguments before any step runs. Each call gets a
+fresh `AegisContext` whose deadline is the workflow's timeout, shortened by the client's
+``_meta["aegis-nb/timeoutMs"]``; every saga event of the call becomes a progress notification; the
+result is structured (`WorkflowResult`), or ``is_error`` with the rollback report. A cancelled call
+still rolls back: the engine compensates shielded from the cancellation.
+
+Plain ``@app.tool`` coroutines run through the `ToolExecutor` under the same kind of deadline, and may
+raise `aegis_nb.kernel.errors.ToolError` to refuse a call in their own words.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+import enum
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, TypeVar, cast
 
-from mcp.server.mcpserver import MCPServer
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
+from mcp.types import CallToolResult, Icon, TextContent, ToolAnnotations
 
 from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import SagaDefinitionError, SagaFailed, ToolError, ToolTimeoutError
+from aegis_nb.kernel.executor import ToolExecutor
+from aegis_nb.kernel.report import scrub
 from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.events import SagaCommitted, SagaEvent
+from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
+from aegis_nb.server.progress import RequestObserver
+from aegis_nb.server.results import WorkflowResult, committed_result, error_result, failed_result
+from aegis_nb.server.routing import observing, route_event
 
-WorkflowFn = TypeVar("WorkflowFn", bound=Callable[..., Awaitable[Any]])
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_WORKFLOW_TIMEOUT = 300.0
+"""Seconds a workflow call may run forward unless the workflow or the server says otherwise."""
+
+DEFAULT_TOOL_TIMEOUT = 60.0
+"""Seconds a plain tool call may run unless the server says otherwise."""
+
+_REQUEST_PARAM = "aegis_request"
+"""Name of the SDK `Context` parameter added to the functions we register (it is not in the schema)."""
+
+
+class Transport(enum.Enum):
+    """How `AegisMCP.run` serves: stdio (the default) or streamable HTTP at ``/mcp``."""
+
+    STDIO = "stdio"
+    HTTP = "http"
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """A registered workflow: its tool name, function and forward timeout (None: no deadline)."""
+
+    name: str
+    fn: Callable[..., Awaitable[Any]]
+    timeout: float | None
+
+
+_UNSET: Any = object()
 
 
 class AegisMCP(MCPServer[Any]):
     """An MCP server whose workflows run on `workflow_engine` and roll back on failure."""
 
-    def __init__(self, name: str, *, engine: WorkflowEngine | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        engine: WorkflowEngine | None = None,
+        workflow_timeout: float | None = DEFAULT_WORKFLOW_TIMEOUT,
+        tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        """`engine` runs the workflows (a fresh `WorkflowEngine` by default); timeouts are seconds or None.
+
+        Other keyword arguments go to `MCPServer` unchanged.
+        """
         super().__init__(name, **kwargs)
         self.workflow_engine = engine or WorkflowEngine()
-        self.workflows: dict[str, Callable[..., Awaitable[Any]]] = {}
+        self.workflow_timeout = check_timeout(workflow_timeout, "workflow_timeout")
+        self.tool_timeout = check_timeout(tool_timeout, "tool_timeout")
+        self._executor = ToolExecutor()
+        self._workflows: dict[str, Workflow] = {}
+        # One sink routes every event to the observer of the request whose task emitted it.
+        self.workflow_engine.subscribe(route_event)
 
-    def workflow(self, name: str | None = None) -> Callable[[WorkflowFn], WorkflowFn]:
-        """Register ``async def fn(ctx, ...)`` as the saga workflow `name`; returns `fn` unchanged."""
+    @property
+    def workflows(self) -> Mapping[str, Workflow]:
+        """The registered workflows by tool name (read-only)."""
+        return MappingProxyType(self._workflows)
 
-        def decorator(fn: WorkflowFn) -> WorkflowFn:
+    # -- workflows ------------------------------------------------------------------------------
+
+    def workflow(
+        self,
+        name: str | None = None,
+        *,
+        timeout: float | None = _UNSET,
+        title: str | None = None,
+        description: str | None = None,
+    ) -> Callable[[F], F]:
+        """Register ``async def fn(ctx, ...)`` as the MCP tool `name`; returns `fn` unchanged.
+
+        `timeout` (seconds, None for none) overrides the server's `workflow_timeout`.
+        """
+        if callable(name):
+            raise TypeError("use @app.workflow() or @app.workflow('name'), not a bare @app.workflow")
+
+        def decorator(fn: F) -> F:
             workflow_name = name or fn.__name__
-            self.workflows[workflow_name] = fn
-
-            async def run_workflow() -> dict[str, Any]:
-                final = await fn(AegisContext())
-                return final.to_json() if isinstance(final, AegisContext) else {}
-
-            self.add_tool(run_workflow, name=workflow_name, description=fn.__doc__)
+            if not inspect.iscoroutinefunction(fn):
+                raise SagaDefinitionError(f"workflow {workflow_name!r} must be an `async def` function")
+            params = list(inspect.signature(fn, eval_str=True).parameters.values())
+            if not params or params[0].kind not in (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            ):
+                raise SagaDefinitionError(
+                    f"workflow {workflow_name!r} must take the AegisContext as its first parameter"
+                )
+            if workflow_name in self._workflows:
+                raise SagaDefinitionError(f"workflow {workflow_name!r} is already registered")
+            limit = self.workflow_timeout if timeout is _UNSET else check_timeout(timeout, "timeout")
+            spec = Workflow(workflow_name, fn, limit)
+            runner = self._workflow_runner(spec)
+            _publish_signature(runner, params[1:], WorkflowResult, workflow_name, fn.__doc__)
+            self.add_tool(
+                runner,
+                name=workflow_name,
+                title=title,
+                description=description or inspect.getdoc(fn) or f"Saga workflow {workflow_name}.",
+                structured_output=True,
+            )
+            self._workflows[workflow_name] = spec
             return fn
 
         return decorator
+
+    def _workflow_runner(self, spec: Workflow) -> Callable[..., Awaitable[CallToolResult | WorkflowResult]]:
+        app = self
+
+        async def run_workflow(**kwargs: Any) -> CallToolResult | WorkflowResult:
+            request: Context[Any, Any] = kwargs.pop(_REQUEST_PARAM)
+            try:
+                deadline = request_deadline(_meta(request), spec.timeout)
+            except InvalidRequestMeta as exc:
+                return error_result(str(exc))
+            observer = RequestObserver()
+            outcome: CallToolResult | WorkflowResult = error_result("workflow did not finish")
+            with observing(observer, spec.name):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(observer.forward_progress, request.report_progress)
+                    try:
+                        outcome = await app._invoke(spec, AegisContext(deadline=deadline), kwargs, observer)
+                    finally:
+                        observer.close()
+            return outcome
+
+        return run_workflow
+
+    async def _invoke(
+        self,
+        spec: Workflow,
+        ctx: AegisContext,
+        arguments: dict[str, Any],
+        observer: RequestObserver,
+    ) -> CallToolResult | WorkflowResult:
+        started = anyio.current_time()
+        try:
+            returned = await spec.fn(ctx, **arguments)
+        except SagaFailed as exc:
+            return failed_result(exc.report, anyio.current_time() - started)
+        except ToolTimeoutError as exc:
+            return error_result(f"workflow {spec.name!r}: {exc}")
+        except Exception as exc:
+            # Not a saga failure: the workflow's own code raised. Say what, minus any secret.
+            text = scrub(str(exc), _secrets(observer.events))
+            return error_result(f"workflow {spec.name!r} failed: {type(exc).__name__}: {text}")
+        final = _final_context(returned, observer.events)
+        return committed_result(spec.name, final, observer.events, anyio.current_time() - started)
+
+    # -- plain tools ----------------------------------------------------------------------------
+
+    def add_tool(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: list[Icon] | None = None,
+        meta: dict[str, Any] | None = None,
+        structured_output: bool | None = None,
+    ) -> None:
+        """Register a tool; an ``async def`` runs under the tool deadline and may raise `ToolError`.
+
+        Sync functions are registered as the SDK does (in a worker thread, which no deadline can stop).
+        """
+        if getattr(fn, "_aegis_wrapped", False) or not inspect.iscoroutinefunction(fn):
+            super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
+            return
+        tool_name = name or fn.__name__
+        runner = self._tool_runner(fn, tool_name)
+        super().add_tool(
+            runner,
+            tool_name,
+            title,
+            description or inspect.getdoc(fn),
+            annotations,
+            icons,
+            meta,
+            structured_output,
+        )
+
+    def _tool_runner(self, fn: Callable[..., Awaitable[Any]], tool_name: str) -> Callable[..., Any]:
+        app = self
+        own_context = find_context_parameter(fn)
+        signature = inspect.signature(fn, eval_str=True)
+
+        async def run_tool(**kwargs: Any) -> Any:
+            request = kwargs.pop(_REQUEST_PARAM) if own_context is None else kwargs[own_context]
+            try:
+                deadline = request_deadline(_meta(request), app.tool_timeout)
+            except InvalidRequestMeta as exc:
+                return error_result(str(exc))
+            try:
+                if deadline == math.inf:
+                    return await fn(**kwargs)
+                return await app._executor.run_named(tool_name, AegisContext(deadline=deadline), fn, **kwargs)
+            except ToolError as exc:
+                return CallToolResult(
+                    content=[TextContent(type="text", text=exc.message)],
+                    structured_content=exc.structured,
+                    is_error=True,
+                )
+            except ToolTimeoutError as exc:
+                return error_result(str(exc))
+
+        _publish_signature(
+            run_tool,
+            list(signature.parameters.values()),
+            signature.return_annotation,
+            tool_name,
+            fn.__doc__,
+            add_request=own_context is None,
+        )
+        return run_tool
+
+    # -- serving --------------------------------------------------------------------------------
+
+    def run(  # type: ignore[override]
+        self,
+        transport: Transport | str = Transport.STDIO,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+    ) -> None:
+        """Serve until stopped: stdio by default, or streamable HTTP on ``http://host:port/mcp``."""
+        kind = _transport(transport)
+        if kind is Transport.STDIO:
+            anyio.run(self.run_stdio_async)
+        else:
+            # uvicorn serves on asyncio only.
+            anyio.run(lambda: self.run_streamable_http_async(host=host, port=port), backend="asyncio")
+
+
+def _transport(value: Transport | str) -> Transport:
+    if isinstance(value, Transport):
+        return value
+    aliases = {"stdio": Transport.STDIO, "http": Transport.HTTP, "streamable-http": Transport.HTTP}
+    try:
+        return aliases[value]
+    except KeyError:
+        raise ValueError(f"unknown transport {value!r}: use 'stdio' or 'http'") from None
+
+
+def _meta(request: Context[Any, Any] | None) -> Mapping[str, Any] | None:
+    if request is None:
+        return None
+    try:
+        meta = request.request_context.meta
+    except ValueError:  # called outside a request (e.g. MCPServer.call_tool without a context)
+        return None
+    return cast(Mapping[str, Any] | None, meta)
+
+
+def _final_context(returned: object, events: list[SagaEvent]) -> AegisContext | None:
+    """The context a workflow ends with: the one it returned, else the last committed run's."""
+    if isinstance(returned, AegisContext):
+        return returned
+    for event in reversed(events):
+        if isinstance(event, SagaCommitted):
+            return event.context
+    return None
+
+
+def _secrets(events: list[SagaEvent]) -> tuple[str, ...]:
+    found: list[str] = []
+    for event in events:
+        context = getattr(event, "context", None)
+        if isinstance(context, AegisContext):
+            found.extend(context.secret_values())
+    return tuple(found)
+
+
+def _publish_signature(
+    runner: Callable[..., Any],
+    params: list[inspect.Parameter],
+    returns: Any,
+    name: str,
+    doc: str | None,
+    *,
+    add_request: bool = True,
+) -> None:
+    """Give `runner` the parameters the SDK should publish, plus the SDK `Context` it must receive."""
+    kinds = inspect.Parameter
+    published = [p for p in params if p.kind is not kinds.VAR_KEYWORD]
+    if any(p.kind in (kinds.VAR_POSITIONAL, kinds.POSITIONAL_ONLY) for p in published):
+        raise SagaDefinitionError(f"{name!r}: *args and positional-only parameters cannot be MCP arguments")
+    published = [p.replace(kind=kinds.KEYWORD_ONLY) for p in published]
+    if add_request:
+        published.append(kinds(_REQUEST_PARAM, kinds.KEYWORD_ONLY, annotation=Context))
+    runner.__signature__ = inspect.Signature(published, return_annotation=returns)  # type: ignore[attr-defined]
+    runner.__annotations__ = {
+        **{p.name: p.annotation for p in published if p.annotation is not inspect.Parameter.empty},
+        "return": returns,
+    }
+    runner.__name__ = name
+    runner.__qualname__ = name
+    runner.__doc__ = doc
+    runner._aegis_wrapped = True  # type: ignore[attr-defined]

@@ -1,0 +1,105 @@
+"""Saga events as MCP progress notifications, and the per-request observer that routes them.
+
+Engine sinks are synchronous and must not block, while progress notifications are awaited sends.
+A `RequestObserver` records the request's events and buffers them in a memory stream; a task of the
+request drains the stream into ``ctx.report_progress``. Progress counts events (so it only grows,
+as MCP requires, through compensation too); the message says what happens ("step 2 of 3:
+executing ReserveHotel", "compensating BookFlight").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from aegis_nb.saga.events import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
+    SagaCommitted,
+    SagaCompensated,
+    SagaEvent,
+    SagaStarted,
+    SagaStuck,
+    StepEvent,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+)
+
+logger = logging.getLogger("aegis_nb.server")
+
+ReportProgress = Callable[[float, float | None, str | None], Awaitable[None]]
+"""``ctx.report_progress(progress, total, message)`` of the MCP SDK's request context."""
+
+
+def progress_message(event: SagaEvent, total_steps: int) -> str:
+    """The human-readable progress line for one event."""
+    if isinstance(event, StepEvent):
+        where = f"step {event.index + 1} of {total_steps}"
+        match event:
+            case StepStarted():
+                return f"{where}: executing {event.step}"
+            case StepSucceeded():
+                return f"{where}: {event.step} done"
+            case StepFailed():
+                return f"{where}: {event.step} failed: {event.error}"
+            case StepTimedOut():
+                return f"{where}: {event.step} timed out"
+            case CompensationStarted():
+                again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
+                return f"compensating {event.step}{again}"
+            case CompensationSucceeded():
+                return f"{event.step} undone"
+            case CompensationFailed():
+                then = "will retry" if event.will_retry else "giving up"
+                return f"compensating {event.step} failed: {event.error} ({then})"
+    match event:
+        case SagaStarted():
+            return f"{event.saga} started: {' -> '.join(event.steps)}"
+        case SagaCommitted():
+            return f"{event.saga} committed"
+        case SagaCompensated():
+            return f"{event.saga} rolled back: {event.report.summary()}"
+        case SagaStuck():
+            return f"{event.saga} STUCK: {event.report.summary()}"
+    raise TypeError(f"not a saga event: {event!r}")  # pragma: no cover
+
+
+class RequestObserver:
+    """Collects one request's saga events and hands them, in order, to a progress-sending task."""
+
+    def __init__(self) -> None:
+        self.events: list[SagaEvent] = []
+        self._send, self._receive = anyio.create_memory_object_stream[SagaEvent](math.inf)
+        self._totals: dict[str, int] = {}
+
+    def __call__(self, event: SagaEvent) -> None:
+        self.events.append(event)
+        if isinstance(event, SagaStarted):
+            self._totals[event.run_id] = len(event.steps)
+        # Once the request is over (or its progress task was cancelled), events are only recorded.
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(event)
+
+    def close(self) -> None:
+        """No more events: the progress task drains what is buffered, then ends."""
+        self._send.close()
+
+    async def forward_progress(self, report: ReportProgress) -> None:
+        """Send one progress notification per event until `close()`; a failed send stops forwarding."""
+        sent = 0
+        async with self._receive:
+            async for event in self._receive:
+                message = progress_message(event, self._totals.get(event.run_id, 0))
+                sent += 1
+                try:
+                    await report(float(sent), None, message)
+                except Exception:
+                    logger.warning("progress notification failed; no more progress for this call")
+                    return

@@ -1,0 +1,75 @@
+"""`ToolSession`: an MCP client session whose tool calls return plain data and raise `ToolError`.
+
+Steps want ``result = await session.call_tool("book_flight", {...})`` and an exception when the tool
+says no, not a `CallToolResult` to inspect. `connect` opens one over any transport the SDK's
+`mcp.Client` knows: a server object in-process, a `StdioServerParameters` subprocess, or an HTTP URL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, cast
+
+from mcp import Client, StdioServerParameters
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, RequestParamsMeta, TextContent
+
+from aegis_nb.kernel.errors import ToolError
+
+
+class ToolCaller(Protocol):
+    """What a tool-pair step needs: call a tool by name, get its structured result or a `ToolError`."""
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]: ...
+
+
+class ToolSession:
+    """Wraps a connected `mcp.Client`; `call_tool` unwraps results and raises `ToolError` on ``is_error``."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The tool's structured content (or its text parsed as JSON, or ``{"text": ...}``)."""
+        request_meta = None if meta is None else cast(RequestParamsMeta, dict(meta))
+        result = await self.client.call_tool(name, dict(arguments or {}), meta=request_meta)
+        return unwrap_result(name, result)
+
+    async def list_tools(self) -> list[str]:
+        """The names of the server's tools."""
+        listing = await self.client.list_tools()
+        return [tool.name for tool in listing.tools]
+
+
+def unwrap_result(tool: str, result: CallToolResult) -> dict[str, Any]:
+    """Plain data from a tool result; `ToolError` (with the text and structure) when it is an error."""
+    text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+    if result.is_error:
+        raise ToolError(tool, text or "the tool reported an error", result.structured_content)
+    if result.structured_content is not None:
+        return dict(result.structured_content)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return {"text": text}
+    return parsed if isinstance(parsed, dict) else {"result": parsed}
+
+
+@asynccontextmanager
+async def connect(
+    target: MCPServer[Any] | StdioServerParameters | str, **client_options: Any
+) -> AsyncIterator[ToolSession]:
+    """``async with connect(server_or_params_or_url) as session:`` a `ToolSession` over a real client.
+
+    `client_options` go to `mcp.Client` (e.g. ``read_timeout_seconds``).
+    """
+    async with Client(target, **client_options) as client:
+        yield ToolSession(client)

@@ -1,0 +1,179 @@
+"""The mock travel agency over a real in-process MCP client: tools, ledger and faults."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from aegis_nb.kernel.errors import ToolError
+from aegis_nb.mock import (
+    DECLINED_TEST_CARD,
+    FaultPlan,
+    Latency,
+    Ledger,
+    ToolFaults,
+    TravelAgency,
+)
+
+pytestmark = pytest.mark.anyio
+
+CARD = "4242424242424242"
+
+
+async def test_the_agency_lists_its_tools() -> None:
+    async with TravelAgency().connect() as session:
+        assert await session.list_tools() == [
+            "search_flights",
+            "book_flight",
+            "cancel_flight",
+            "reserve_hotel",
+            "cancel_hotel",
+            "charge_card",
+            "refund_card",
+            "list_bookings",
+            "set_faults",
+        ]
+
+
+async def test_a_trip_books_charges_and_shows_in_the_ledger() -> None:
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        offers = await session.call_tool("search_flights", {"destination": "Lisbon"})
+        cheapest = offers["flights"][0]
+        flight = await session.call_tool("book_flight", {"destination": "Lisbon", "idempotency_key": "r/0"})
+        hotel = await session.call_tool("reserve_hotel", {"city": "Lisbon", "nights": 3})
+        charge = await session.call_tool("charge_card", {"amount_cents": 84_000, "card_number": CARD})
+        ledger = await session.call_tool("list_bookings")
+    assert flight == {
+        "booking_id": "FL-0001",
+        "kind": "flight",
+        "place": "Lisbon",
+        "item": cheapest["flight_no"],
+        "price_cents": cheapest["price_cents"],
+        "status": "live",
+    }
+    assert charge == {"charge_id": "CH-0001", "amount_cents": 84_000, "card_last4": "4242", "status": "live"}
+    assert ledger == {
+        "flights": [flight],
+        "hotels": [hotel],
+        "charges": [charge],
+        "cancellations": 0,
+        "refunds": 0,
+        "balance_cents": 84_000,
+    }
+    assert ledger == agency.state().to_json()
+
+
+async def test_idempotent_booking_and_repeated_undo_over_mcp() -> None:
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        args = {"city": "Porto", "nights": 2, "idempotency_key": "r/1"}
+        first = await session.call_tool("reserve_hotel", args)
+        assert await session.call_tool("reserve_hotel", args) == first
+        undo = {"idempotency_key": "r/1"}
+        assert await session.call_tool("cancel_hotel", undo) == {"id": "HT-0001", "changed": True}
+        assert await session.call_tool("cancel_hotel", undo) == {"id": "HT-0001", "changed": False}
+    assert agency.state().is_empty
+    assert agency.state().cancellations == 1
+
+
+async def test_the_declined_test_card_and_the_declined_fault_say_card_declined() -> None:
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        with pytest.raises(ToolError, match=r"^Card Declined!$") as declined:
+            await session.call_tool("charge_card", {"amount_cents": 100, "card_number": DECLINED_TEST_CARD})
+        assert declined.value.tool == "charge_card"
+        agency.set_tool_faults("charge_card", ToolFaults(declined=True))
+        with pytest.raises(ToolError, match=r"^Card Declined!$"):
+            await session.call_tool("charge_card", {"amount_cents": 100, "card_number": CARD})
+    assert agency.state().is_empty
+
+
+async def test_invalid_arguments_are_rejected_with_the_validation_message() -> None:
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        with pytest.raises(ToolError) as bad:
+            await session.call_tool("reserve_hotel", {"city": "Porto", "nights": 0})
+    assert bad.value.message.startswith(
+        "Error executing tool reserve_hotel: 1 validation error for reserve_hotelArguments\nnights\n"
+        "  Input should be greater than or equal to 1"
+    )
+    assert agency.state().is_empty
+
+
+async def test_an_undo_tool_that_fails_twice_then_succeeds() -> None:
+    agency = TravelAgency(faults=FaultPlan({"cancel_flight": ToolFaults(fail_next=2)}))
+    async with agency.connect() as session:
+        flight = await session.call_tool("book_flight", {"destination": "Oslo"})
+        undo = {"booking_id": flight["booking_id"]}
+        for _ in range(2):
+            with pytest.raises(ToolError, match=r"^cancel_flight is unavailable \(injected failure\)$"):
+                await session.call_tool("cancel_flight", undo)
+        assert await session.call_tool("cancel_flight", undo) == {"id": "FL-0001", "changed": True}
+    assert agency.state().is_empty
+
+
+async def test_a_call_that_hangs_after_its_effect_leaves_the_effect_in_doubt() -> None:
+    agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(hang_after_effect=1)}))
+    async with agency.connect() as session:
+        with anyio.move_on_after(0.2) as scope:
+            await session.call_tool(
+                "charge_card", {"amount_cents": 500, "card_number": CARD, "idempotency_key": "k"}
+            )
+        assert scope.cancelled_caught
+        assert [c.id for c in agency.state().charges] == ["CH-0001"]
+        refund = await session.call_tool("refund_card", {"idempotency_key": "k"})
+    assert refund == {"id": "CH-0001", "changed": True}
+    assert agency.state().is_empty
+
+
+async def test_fixed_latency_delays_the_call() -> None:
+    agency = TravelAgency(faults=FaultPlan({"search_flights": ToolFaults(latency=Latency.fixed(0.05))}))
+    async with agency.connect() as session:
+        started = anyio.current_time()
+        await session.call_tool("search_flights", {"destination": "Rome"})
+        assert anyio.current_time() - started >= 0.05
+
+
+async def test_faults_can_be_replaced_over_mcp_and_bad_plans_are_refused() -> None:
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        plan = {"charge_card": {"declined": True}, "reserve_hotel": {"latency": 0.01}}
+        assert await session.call_tool("set_faults", {"plan": plan}) == {
+            "faults": {"charge_card": {"declined": True}, "reserve_hotel": {"latency": {"fixed": 0.01}}}
+        }
+        with pytest.raises(ToolError, match=r"^unknown tool 'book_car' in fault plan"):
+            await session.call_tool("set_faults", {"plan": {"book_car": {}}})
+    assert agency.faults.to_json() == {
+        "charge_card": {"declined": True},
+        "reserve_hotel": {"latency": {"fixed": 0.01}},
+    }
+
+
+async def test_random_failures_follow_the_seed() -> None:
+    plan = FaultPlan({"search_flights": ToolFaults(fail_rate=0.5, seed=4)})
+
+    async def outcomes() -> list[bool]:
+        agency = TravelAgency(faults=plan)
+        results = []
+        async with agency.connect() as session:
+            for _ in range(12):
+                try:
+                    await session.call_tool("search_flights", {"destination": "Rome"})
+                    results.append(True)
+                except ToolError:
+                    results.append(False)
+        return results
+
+    first, second = await outcomes(), await outcomes()
+    assert first == second
+    assert True in first
+    assert False in first
+
+
+async def test_unknown_ids_are_refused_with_the_ledger_message() -> None:
+    async with TravelAgency(Ledger()).connect() as session:
+        with pytest.raises(ToolError, match=r"^no charge 'CH-0042'$"):
+            await session.call_tool("refund_card", {"charge_id": "CH-0042"})
+        with pytest.raises(ToolError, match=r"^Unknown tool: rent_car$"):
+            await session.call_tool("rent_car", {})

@@ -1,0 +1,158 @@
+"""The mock agency's ledger: idempotent by key, never negative, never a double refund, durable in a file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aegis_nb.mock.ledger import (
+    Booking,
+    BookingKind,
+    BookingStatus,
+    Charge,
+    ChargeStatus,
+    Ledger,
+    LedgerError,
+    LedgerState,
+    Undo,
+)
+
+
+def test_booking_twice_with_one_key_returns_the_same_booking() -> None:
+    ledger = Ledger()
+    first = ledger.book(BookingKind.FLIGHT, "Lisbon", "AE101", 20_000, idempotency_key="run/0")
+    again = ledger.book(BookingKind.FLIGHT, "Lisbon", "AE101", 20_000, idempotency_key="run/0")
+    assert (
+        first
+        == again
+        == Booking(
+            "FL-0001", BookingKind.FLIGHT, "Lisbon", "AE101", None, 20_000, BookingStatus.LIVE, "run/0"
+        )
+    )
+    assert ledger.state().flights == (first,)
+
+
+def test_cancelling_twice_is_a_success_that_changes_nothing() -> None:
+    ledger = Ledger()
+    hotel = ledger.book(BookingKind.HOTEL, "Porto", "Hotel Porto", 30_000, nights=3)
+    assert ledger.cancel(BookingKind.HOTEL, booking_id=hotel.id) == Undo("HT-0001", True)
+    assert ledger.cancel(BookingKind.HOTEL, booking_id=hotel.id) == Undo("HT-0001", False)
+    assert ledger.state() == LedgerState(flights=(), hotels=(), charges=(), cancellations=1, refunds=0)
+
+
+def test_refund_happens_once_and_the_balance_never_goes_negative() -> None:
+    ledger = Ledger()
+    charge = ledger.charge(84_000, "4242", idempotency_key="run/2")
+    assert charge == Charge("CH-0001", 84_000, "4242", ChargeStatus.LIVE, "run/2")
+    assert ledger.state().balance_cents == 84_000
+    assert ledger.refund(charge_id=charge.id) == Undo("CH-0001", True)
+    assert ledger.refund(charge_id=charge.id) == Undo("CH-0001", False)
+    assert ledger.refund(idempotency_key="run/2") == Undo("CH-0001", False)
+    state = ledger.state()
+    assert (state.balance_cents, state.refunds, state.is_empty) == (0, 1, True)
+
+
+def test_undo_by_key_finds_what_that_key_did() -> None:
+    ledger = Ledger()
+    ledger.book(BookingKind.FLIGHT, "Lisbon", "AE101", 20_000, idempotency_key="run/0")
+    assert ledger.cancel(BookingKind.FLIGHT, idempotency_key="run/0") == Undo("FL-0001", True)
+    assert ledger.state().is_empty
+
+
+def test_cancelling_a_key_before_its_booking_arrives_refuses_the_late_booking() -> None:
+    ledger = Ledger()
+    assert ledger.cancel(BookingKind.HOTEL, idempotency_key="run/1") == Undo(None, False)
+    with pytest.raises(LedgerError, match="key 'run/1' was cancelled before the booking arrived"):
+        ledger.book(BookingKind.HOTEL, "Porto", "Hotel Porto", 30_000, idempotency_key="run/1")
+    assert ledger.refund(idempotency_key="run/2") == Undo(None, False)
+    with pytest.raises(LedgerError, match="key 'run/2' was refunded before the charge arrived"):
+        ledger.charge(100, "4242", idempotency_key="run/2")
+    assert ledger.state().is_empty
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda ledger: ledger.cancel(BookingKind.FLIGHT, booking_id="FL-0404"), "no booking 'FL-0404'"),
+        (lambda ledger: ledger.refund(charge_id="CH-0404"), "no charge 'CH-0404'"),
+        (
+            lambda ledger: ledger.cancel(BookingKind.FLIGHT),
+            "give exactly one of booking_id or idempotency_key",
+        ),
+        (
+            lambda ledger: ledger.refund(charge_id="CH-1", idempotency_key="k"),
+            "give exactly one of charge_id",
+        ),
+        (lambda ledger: ledger.charge(0, "4242"), "a charge must be positive, got 0 cents"),
+    ],
+)
+def test_bad_operations_are_refused_with_a_clear_message(
+    call: Callable[[Ledger], object], message: str
+) -> None:
+    ledger = Ledger()
+    with pytest.raises(LedgerError, match=message):
+        call(ledger)
+    assert ledger.state().is_empty
+
+
+def test_cancelling_a_booking_of_the_other_kind_is_refused() -> None:
+    ledger = Ledger()
+    flight = ledger.book(BookingKind.FLIGHT, "Lisbon", "AE101", 20_000)
+    with pytest.raises(LedgerError, match="'FL-0001' is a flight booking, not a hotel"):
+        ledger.cancel(BookingKind.HOTEL, booking_id=flight.id)
+
+
+operations = st.lists(
+    st.tuples(st.sampled_from(["charge", "refund_id", "refund_key"]), st.integers(0, 4)), max_size=40
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(operations)
+def test_any_sequence_of_charges_and_refunds_keeps_the_books_straight(ops: list[tuple[str, int]]) -> None:
+    ledger = Ledger()
+    for op, n in ops:
+        try:
+            if op == "charge":
+                ledger.charge(100 * (n + 1), "4242", idempotency_key=f"k{n}")
+            elif op == "refund_id":
+                ledger.refund(charge_id=f"CH-{n + 1:04d}")
+            else:
+                ledger.refund(idempotency_key=f"k{n}")
+        except LedgerError:
+            pass
+        state = ledger.state()
+        assert state.balance_cents >= 0
+    # One charge per key at most, each refunded at most once.
+    state = ledger.state()
+    keys_charged = {n for op, n in ops if op == "charge"}
+    assert len(state.charges) + state.refunds <= len(keys_charged)
+
+
+def test_a_file_ledger_survives_a_sigkill_of_its_process(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    script = (
+        "import os, signal\n"
+        "from aegis_nb.mock.ledger import Ledger, BookingKind\n"
+        f"ledger = Ledger({str(path)!r})\n"
+        "ledger.book(BookingKind.FLIGHT, 'Lisbon', 'AE101', 20000, idempotency_key='run/0')\n"
+        "ledger.charge(5000, '4242', idempotency_key='run/2')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
+    assert done.returncode == -9
+    reopened = Ledger(path)
+    state = reopened.state()
+    assert [b.id for b in state.flights] == ["FL-0001"]
+    assert [c.id for c in state.charges] == ["CH-0001"]
+    # The idempotency record survived with the effect: retrying after the crash books nothing new.
+    again = reopened.book(BookingKind.FLIGHT, "Lisbon", "AE101", 20_000, idempotency_key="run/0")
+    assert again.id == "FL-0001"
+    assert len(reopened.state().flights) == 1
+    reopened.close()
