@@ -15,6 +15,7 @@ import inspect
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from aegis_nb.kernel.context import AegisContext
@@ -67,63 +68,38 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
         )
     if not entries:
         raise SagaDefinitionError("the saga has no steps: there is nothing to run or undo")
-    split = [_split_entry(i, entry) for i, entry in enumerate(entries)]
-    names = unique_names([name for _, name, _, _ in split])
     plain_classes: dict[type, bool] = {}
-    return tuple(
-        _spec(index, names[index], step, args, kwargs, plain_classes)
-        for index, (step, _, args, kwargs) in enumerate(split)
-    )
+    specs = [_spec(index, entry, plain_classes) for index, entry in enumerate(entries)]
+    return _with_unique_names(specs)
 
 
-def unique_names(names: list[str]) -> list[str]:
+def _with_unique_names(specs: list[StepSpec]) -> tuple[StepSpec, ...]:
     """Give repeated names a ``#n`` suffix so every lifeline and log line is unambiguous."""
-    counts = Counter(names)
-    if len(counts) == len(names):
-        return names
+    counts = Counter(spec.name for spec in specs)
+    if len(counts) == len(specs):
+        return tuple(specs)
     seen: Counter[str] = Counter()
     unique = []
-    for name in names:
-        if counts[name] > 1:
-            seen[name] += 1
-            name = f"{name}#{seen[name]}"
-        unique.append(name)
-    return unique
+    for spec in specs:
+        if counts[spec.name] > 1:
+            seen[spec.name] += 1
+            spec = spec._replace(name=f"{spec.name}#{seen[spec.name]}")
+        unique.append(spec)
+    return tuple(unique)
 
 
-def _split_entry(index: int, entry: object) -> tuple[Any, str, tuple[Any, ...], dict[str, Any]]:
-    if not isinstance(entry, tuple):
-        return entry, step_name(entry), (), {}
-    where = f"saga entry {index}"
-    if len(entry) != 3:
-        raise SagaDefinitionError(
-            f"{where}: expected (step, args, kwargs), got a tuple of {len(entry)} item(s)"
-        )
-    step, args, kwargs = entry
-    name = step_name(step)
-    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
-        raise SagaDefinitionError(
-            f"{where} ({name}): args must be a tuple or list, got {type(args).__name__}"
-        )
-    if not isinstance(kwargs, Mapping):
-        raise SagaDefinitionError(f"{where} ({name}): kwargs must be a mapping, got {type(kwargs).__name__}")
-    if not all(isinstance(key, str) for key in kwargs):
-        raise SagaDefinitionError(f"{where} ({name}): kwargs keys must be str")
-    return step, name, tuple(args), dict(kwargs)
-
+_NO_ARGS: tuple[Any, ...] = ()
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 
 _TUNING = ("name", "timeout", "compensation_retry", "in_doubt", "is_complete")
 _OVERRIDABLE = frozenset(("execute", "compensate", *_TUNING))
 
 
-def _spec(
-    index: int,
-    name: str,
-    step: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    plain_classes: dict[type, bool],
-) -> StepSpec:
+def _spec(index: int, entry: object, plain_classes: dict[type, bool]) -> StepSpec:
+    if isinstance(entry, tuple):
+        step, args, kwargs = _split_entry(index, entry)
+    else:
+        step, args, kwargs = entry, _NO_ARGS, _NO_KWARGS
     # Sagas often repeat one class many times: check a class once, and take the fast path for
     # instances of a class with async methods and no tuning attributes, unless the instance sets some.
     cls = type(step)
@@ -131,13 +107,14 @@ def _spec(
     if plain is None:
         plain = plain_classes[cls] = _is_plain_step_class(cls)
     if plain and _OVERRIDABLE.isdisjoint(getattr(step, "__dict__", _OVERRIDABLE)):
-        return StepSpec(index, name, step, args, kwargs, None, None, False)
-    where = f"saga entry {index}"
-    _check_method(step, "execute", name, where)
-    _check_method(step, "compensate", name, where)
+        return StepSpec(index, cls.__name__, step, args, kwargs, None, None, False)
+    name = step_name(step)
+    where = f"saga entry {index} ({name})"
+    _check_method(step, "execute", where)
+    _check_method(step, "compensate", where)
     if getattr(step, "is_complete", True) is False:
         raise SagaDefinitionError(
-            f"{where} ({name}): the step has no compensation; attach one with "
+            f"{where}: the step has no compensation; attach one with "
             f"@{name}.compensation, or declare it @step(read_only=True) if it changes nothing"
         )
     return StepSpec(
@@ -146,10 +123,26 @@ def _spec(
         step,
         args,
         kwargs,
-        _option_timeout(step, name, where),
-        _option_retry(step, name, where),
-        _option_in_doubt(step, name, where),
+        _option_timeout(step, where),
+        _option_retry(step, where),
+        _option_in_doubt(step, where),
     )
+
+
+def _split_entry(index: int, entry: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...], Mapping[str, Any]]:
+    if len(entry) != 3:
+        raise SagaDefinitionError(
+            f"saga entry {index}: expected (step, args, kwargs), got a tuple of {len(entry)} item(s)"
+        )
+    step, args, kwargs = entry
+    where = f"saga entry {index} ({step_name(step)})"
+    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
+        raise SagaDefinitionError(f"{where}: args must be a tuple or list, got {type(args).__name__}")
+    if not isinstance(kwargs, Mapping):
+        raise SagaDefinitionError(f"{where}: kwargs must be a mapping, got {type(kwargs).__name__}")
+    if not all(isinstance(key, str) for key in kwargs):
+        raise SagaDefinitionError(f"{where}: kwargs keys must be str")
+    return step, tuple(args), dict(kwargs)
 
 
 def _is_plain_step_class(cls: type) -> bool:
@@ -161,18 +154,15 @@ def _is_plain_step_class(cls: type) -> bool:
     )
 
 
-def _check_method(step: object, method: str, name: str, where: str) -> None:
+def _check_method(step: object, method: str, where: str) -> None:
     fn = getattr(step, method, None)
     if fn is None:
-        raise SagaDefinitionError(
-            f"{where} ({name}): a step needs async {method}(ctx, ...) and has no {method}"
-        )
+        raise SagaDefinitionError(f"{where}: a step needs async {method}(ctx, ...) and has no {method}")
     if not _is_async(fn):
         if not callable(fn):
-            raise SagaDefinitionError(f"{where} ({name}): {method} is not callable")
+            raise SagaDefinitionError(f"{where}: {method} is not callable")
         raise SagaDefinitionError(
-            f"{where} ({name}): {method} must be `async def` (a sync function cannot be cancelled "
-            "at its deadline)"
+            f"{where}: {method} must be `async def` (a sync function cannot be cancelled at its deadline)"
         )
 
 
@@ -184,7 +174,7 @@ def _is_async(fn: object) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-def _option_timeout(step: object, name: str, where: str) -> float | None:
+def _option_timeout(step: object, where: str) -> float | None:
     timeout = getattr(step, "timeout", None)
     if timeout is None:
         return None
@@ -194,23 +184,21 @@ def _option_timeout(step: object, name: str, where: str) -> float | None:
         or not math.isfinite(timeout)
         or timeout <= 0
     ):
-        raise SagaDefinitionError(
-            f"{where} ({name}): timeout must be a positive number of seconds, got {timeout!r}"
-        )
+        raise SagaDefinitionError(f"{where}: timeout must be a positive number of seconds, got {timeout!r}")
     return float(timeout)
 
 
-def _option_retry(step: object, name: str, where: str) -> RetryPolicy | None:
+def _option_retry(step: object, where: str) -> RetryPolicy | None:
     retry = getattr(step, "compensation_retry", None)
     if retry is None or isinstance(retry, RetryPolicy):
         return retry
     raise SagaDefinitionError(
-        f"{where} ({name}): compensation_retry must be a RetryPolicy, got {type(retry).__name__}"
+        f"{where}: compensation_retry must be a RetryPolicy, got {type(retry).__name__}"
     )
 
 
-def _option_in_doubt(step: object, name: str, where: str) -> bool:
+def _option_in_doubt(step: object, where: str) -> bool:
     in_doubt = getattr(step, "in_doubt", False)
     if not isinstance(in_doubt, bool):
-        raise SagaDefinitionError(f"{where} ({name}): in_doubt must be a bool, got {in_doubt!r}")
+        raise SagaDefinitionError(f"{where}: in_doubt must be a bool, got {in_doubt!r}")
     return in_doubt

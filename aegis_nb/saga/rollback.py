@@ -23,7 +23,12 @@ from aegis_nb.kernel.executor import DeadlineGuard
 from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import CompensationFailure, ErrorInfo, StepRef
 from aegis_nb.saga.definition import StepSpec
-from aegis_nb.saga.events import CompensationFailed, CompensationStarted, CompensationSucceeded
+from aegis_nb.saga.events import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
+    SagaEvent,
+)
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
 
@@ -57,8 +62,7 @@ async def roll_back(
             guard = DeadlineGuard(recorder.clock() + 2 * budget, recorder.clock)
             try:
                 with guard:
-                    while rollback.pending:
-                        await rollback.attempt(guard)
+                    await rollback.drain(guard)
             except ToolTimeoutError as exc:
                 await rollback.failed(exc, None)
     return RollbackResult(tuple(rollback.compensated), tuple(rollback.failures))
@@ -89,23 +93,38 @@ class _Rollback:
         self.attempt_number = 1
         self.delays = None
 
-    async def attempt(self, guard: DeadlineGuard) -> None:
-        """Run the head compensation once; on success or final failure, move on to the next."""
-        recorder, item = self.recorder, self.pending[0]
-        spec = item.spec
-        self.attempt_started = now = guard.begin(spec.name)
-        if guard.deadline < now + self.budget:
-            guard.deadline = now + 2 * self.budget
-        ctx = item.snapshot._with_budget(now + self.budget)
-        await recorder.emit(CompensationStarted, spec.index, spec.name, self.attempt_number)
-        try:
-            await spec.step.compensate(ctx, *spec.args, **spec.kwargs)
-        except Exception as exc:
-            await self.failed(exc, guard)
-        else:
+    async def drain(self, guard: DeadlineGuard) -> None:
+        """Compensate the pending steps in order; a failed attempt is retried or given up on in place."""
+        recorder, budget, pending = self.recorder, self.budget, self.pending
+        run_id, clock, journal, publish = recorder.run_id, recorder.clock, recorder.journal, recorder.publish
+        while pending:
+            item = pending[0]
+            spec = item.spec
+            self.attempt_started = now = guard.begin(spec.name)
+            if guard.deadline < now + budget:
+                guard.deadline = now + 2 * budget
+            ctx = item.snapshot._with_budget(now + budget)
+            # recorder.emit, inlined: a long rollback is two events per step, like the forward phase.
+            event: SagaEvent = CompensationStarted(
+                run_id, len(recorder.events), now, spec.index, spec.name, self.attempt_number
+            )
+            if journal is not None:
+                await journal.append(event)
+            publish(event)
+            try:
+                await spec.step.compensate(ctx, *spec.args, **spec.kwargs)
+            except Exception as exc:
+                await self.failed(exc, guard)
+                continue
             attempt = self.attempt_number
             self._next()
-            await recorder.emit(CompensationSucceeded, spec.index, spec.name, attempt, recorder.clock() - now)
+            done = clock()
+            event = CompensationSucceeded(
+                run_id, len(recorder.events), done, spec.index, spec.name, attempt, done - now
+            )
+            if journal is not None:
+                await journal.append(event)
+            publish(event)
             self.compensated.append(StepRef(spec.index, spec.name))
 
     async def failed(self, exc: Exception, guard: DeadlineGuard | None) -> None:
