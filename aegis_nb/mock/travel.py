@@ -1,0 +1,137 @@
+"""The documentation's travel saga as three tool-pair steps over the mock agency, and a server for it.
+
+BookFlight -> ReserveHotel -> ChargeCard. Each result lands in the metadata (``flight``, ``hotel``,
+``charge``); the charge is the sum of the two prices, paid with the card kept as a `Secret`. Each
+undo cancels by the id its execute got back, or, when the step is compensated in doubt (its call
+timed out and may have acted), by the idempotency key. All three are in doubt by nature: a booking
+whose answer never came may still have been made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.values import Secret
+from aegis_nb.saga.definition import SagaEntry
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.server.app import AegisMCP
+from aegis_nb.server.session import ToolCaller, connect
+from aegis_nb.server.tool_step import ToolPairStep
+
+CARD_KEY = "card"
+"""Metadata key of the card number (a `Secret`) that ChargeCard pays with."""
+
+
+def _undo_by(id_field: str) -> Any:
+    def undo_arguments(ctx: AegisContext, result: Mapping[str, Any] | None) -> dict[str, Any]:
+        if result is not None:
+            return {id_field: result[id_field]}
+        return {"idempotency_key": ctx.idempotency_key}
+
+    return undo_arguments
+
+
+def _charge_arguments(ctx: AegisContext) -> dict[str, Any]:
+    card = ctx.metadata.get(CARD_KEY)
+    if not isinstance(card, Secret):
+        raise TypeError(f"ChargeCard needs the card number as a Secret in metadata[{CARD_KEY!r}]")
+    total = ctx.metadata["flight"]["price_cents"] + ctx.metadata["hotel"]["price_cents"]
+    return {"amount_cents": total, "card_number": card.reveal()}
+
+
+def travel_steps(
+    session: ToolCaller, *, compensation_retry: RetryPolicy | None = None
+) -> tuple[ToolPairStep, ToolPairStep, ToolPairStep]:
+    """BookFlight, ReserveHotel and ChargeCard on `session` (a mock agency or a compatible server)."""
+    return (
+        ToolPairStep(
+            session,
+            "book_flight",
+            "cancel_flight",
+            name="BookFlight",
+            result_key="flight",
+            undo_arguments=_undo_by("booking_id"),
+            compensation_retry=compensation_retry,
+            in_doubt=True,
+        ),
+        ToolPairStep(
+            session,
+            "reserve_hotel",
+            "cancel_hotel",
+            name="ReserveHotel",
+            result_key="hotel",
+            undo_arguments=_undo_by("booking_id"),
+            compensation_retry=compensation_retry,
+            in_doubt=True,
+        ),
+        ToolPairStep(
+            session,
+            "charge_card",
+            "refund_card",
+            name="ChargeCard",
+            result_key="charge",
+            arguments=_charge_arguments,
+            undo_arguments=_undo_by("charge_id"),
+            compensation_retry=compensation_retry,
+            in_doubt=True,
+        ),
+    )
+
+
+def travel_saga(
+    session: ToolCaller, destination: str, nights: int, *, compensation_retry: RetryPolicy | None = None
+) -> list[SagaEntry]:
+    """The saga list for one trip: fly to `destination`, stay `nights`, pay for both."""
+    flight, hotel, card = travel_steps(session, compensation_retry=compensation_retry)
+    return [
+        (flight, (), {"destination": destination}),
+        (hotel, (), {"city": destination, "nights": nights}),
+        (card, (), {}),
+    ]
+
+
+def trip_context(card_number: str, **metadata: Any) -> AegisContext:
+    """A starting context holding the card as a `Secret` (it never reaches an output)."""
+    return AegisContext({**metadata, CARD_KEY: Secret(card_number)})
+
+
+def travel_app(
+    agency: Any,
+    *,
+    engine: WorkflowEngine | None = None,
+    workflow_timeout: float | None = 30.0,
+    name: str = "travel-agent",
+) -> AegisMCP:
+    """An `AegisMCP` serving ``book_trip`` over `agency`: a `TravelAgency`, or anything `connect` takes.
+
+    The server opens one session on the agency for its lifetime.
+    """
+    from aegis_nb.mock.agency import TravelAgency
+
+    target = agency.server if isinstance(agency, TravelAgency) else agency
+    sessions: list[ToolCaller] = []
+
+    @asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[dict[str, Any]]:
+        async with connect(target) as session:
+            sessions.append(session)
+            try:
+                yield {}
+            finally:
+                sessions.remove(session)
+
+    app = AegisMCP(name, engine=engine, workflow_timeout=workflow_timeout, lifespan=lifespan)
+
+    @app.workflow("book_trip")
+    async def book_trip(ctx: AegisContext, destination: str, nights: int, card_number: str) -> AegisContext:
+        """Fly to `destination`, stay `nights` nights and pay by card; all undone if any step fails."""
+        saga = travel_saga(sessions[-1], destination, nights)
+        return await app.workflow_engine.execute_saga(
+            saga, ctx.with_metadata({CARD_KEY: Secret(card_number)})
+        )
+
+    return app

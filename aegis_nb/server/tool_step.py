@@ -1,0 +1,101 @@
+"""`ToolPairStep`: a saga step made of two MCP tools, one that acts and one that undoes it.
+
+Execute calls `execute_tool` with arguments built from the context and the step's saga arguments
+(by default the saga kwargs as they are), adds the context's idempotency key, and stores the tool's
+structured result in the metadata under `result_key`. Compensate calls `compensate_tool` with
+arguments built from the context *its own execute produced* and that stored result (``None`` when
+the step is compensated in doubt, because its execute never returned); by default just the same
+idempotency key, so an undo tool can find an effect it was never told about. Works on any
+`ToolCaller`: the mock agency or a real server, in-process, over stdio or HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import SagaDefinitionError
+from aegis_nb.kernel.executor import ToolExecutor
+from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.server.session import ToolCaller
+
+ArgumentsFn = Callable[..., Mapping[str, Any]]
+"""``(ctx, *args, **kwargs) -> tool arguments`` for the execute tool."""
+
+UndoArgumentsFn = Callable[[AegisContext, Mapping[str, Any] | None], Mapping[str, Any]]
+"""``(ctx, result) -> tool arguments`` for the undo tool; `result` is None when compensating in doubt."""
+
+_EXECUTOR = ToolExecutor()
+
+
+class ToolPairStep:
+    """Execute with one MCP tool, compensate with its undo tool, on one session."""
+
+    def __init__(
+        self,
+        session: ToolCaller,
+        execute_tool: str,
+        compensate_tool: str,
+        *,
+        name: str | None = None,
+        arguments: ArgumentsFn | None = None,
+        undo_arguments: UndoArgumentsFn | None = None,
+        result_key: str | None = None,
+        idempotency_arg: str | None = "idempotency_key",
+        timeout: float | None = None,
+        compensation_retry: RetryPolicy | None = None,
+        in_doubt: bool = False,
+    ) -> None:
+        """`idempotency_arg` names the tool argument that carries ``ctx.idempotency_key`` (None: not sent).
+
+        `in_doubt` asks the engine to compensate this step even when its own execute failed or timed
+        out, for tools whose effect may have happened anyway.
+        """
+        for what, tool in (("execute_tool", execute_tool), ("compensate_tool", compensate_tool)):
+            if not isinstance(tool, str) or not tool:
+                raise SagaDefinitionError(f"ToolPairStep: {what} must be a tool name, got {tool!r}")
+        self.session = session
+        self.execute_tool = execute_tool
+        self.compensate_tool = compensate_tool
+        self.name = name or execute_tool
+        self.arguments = arguments
+        self.undo_arguments = undo_arguments
+        self.result_key = result_key or execute_tool
+        self.idempotency_arg = idempotency_arg
+        self.timeout = timeout
+        self.compensation_retry = compensation_retry
+        self.in_doubt = in_doubt
+
+    async def execute(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> AegisContext:
+        if self.arguments is not None:
+            tool_args = dict(self.arguments(ctx, *args, **kwargs))
+        elif args:
+            raise SagaDefinitionError(
+                f"step {self.name!r}: positional saga args need an `arguments` function to name them"
+            )
+        else:
+            tool_args = dict(kwargs)
+        self._add_key(ctx, tool_args)
+        result = await _EXECUTOR.run_named(
+            self.name, ctx, self.session.call_tool, self.execute_tool, tool_args
+        )
+        return ctx.with_metadata({self.result_key: result})
+
+    async def compensate(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> None:
+        result = ctx.metadata.get(self.result_key)
+        if self.undo_arguments is not None:
+            tool_args = dict(self.undo_arguments(ctx, result))
+        else:
+            tool_args = {}
+            self._add_key(ctx, tool_args)
+        await _EXECUTOR.run_named(
+            f"{self.name}.compensate", ctx, self.session.call_tool, self.compensate_tool, tool_args
+        )
+
+    def _add_key(self, ctx: AegisContext, tool_args: dict[str, Any]) -> None:
+        if self.idempotency_arg is not None and ctx.idempotency_key is not None:
+            tool_args.setdefault(self.idempotency_arg, ctx.idempotency_key)
+
+    def __repr__(self) -> str:
+        return f"<ToolPairStep {self.name}: {self.execute_tool} / {self.compensate_tool}>"

@@ -1,0 +1,227 @@
+"""Steps made of MCP tool pairs: the travel saga over the mock agency, through a real in-process client."""
+
+from __future__ import annotations
+
+import pytest
+
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import SagaDefinitionError, SagaRolledBack
+from aegis_nb.kernel.report import FailureKind
+from aegis_nb.mock import FaultPlan, Latency, ToolFaults, TravelAgency, flight_offers, hotel_rate_cents
+from aegis_nb.mock.travel import travel_saga, trip_context
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.events import CompensationFailed
+from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.server.tool_step import ToolPairStep
+from aegis_nb.testing import EventCapture
+
+pytestmark = pytest.mark.anyio
+
+CARD = "4242424242424242"
+FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.0)
+CHEAPEST = min(flight_offers("Lisbon"), key=lambda offer: offer["price_cents"])
+FLIGHT_PRICE = CHEAPEST["price_cents"]
+HOTEL_PRICE = 3 * hotel_rate_cents("Lisbon")
+
+FORWARD = [
+    ("SagaStarted",),
+    ("StepStarted", "BookFlight"),
+    ("StepSucceeded", "BookFlight"),
+    ("StepStarted", "ReserveHotel"),
+    ("StepSucceeded", "ReserveHotel"),
+    ("StepStarted", "ChargeCard"),
+]
+
+
+async def test_a_committed_trip_leaves_a_flight_a_hotel_and_a_charge() -> None:
+    agency, events = TravelAgency(), EventCapture()
+    async with agency.connect() as session:
+        final = await WorkflowEngine().execute_saga(
+            travel_saga(session, "Lisbon", 3), trip_context(CARD, traveller="ada"), sinks=[events]
+        )
+    run_id = events.events[0].run_id
+    flight = {
+        "booking_id": "FL-0001",
+        "kind": "flight",
+        "place": "Lisbon",
+        "item": flight_offers("Lisbon")[
+            [o["price_cents"] for o in flight_offers("Lisbon")].index(FLIGHT_PRICE)
+        ]["flight_no"],
+        "price_cents": FLIGHT_PRICE,
+        "status": "live",
+    }
+    hotel = {
+        "booking_id": "HT-0001",
+        "kind": "hotel",
+        "place": "Lisbon",
+        "item": "Hotel Lisbon",
+        "nights": 3,
+        "price_cents": HOTEL_PRICE,
+        "status": "live",
+    }
+    charge = {
+        "charge_id": "CH-0001",
+        "amount_cents": FLIGHT_PRICE + HOTEL_PRICE,
+        "card_last4": "4242",
+        "status": "live",
+    }
+    assert final.to_json() == {
+        "traveller": "ada",
+        "card": "***",
+        "flight": flight,
+        "hotel": hotel,
+        "charge": charge,
+    }
+    assert events.trail() == [*FORWARD, ("StepSucceeded", "ChargeCard"), ("SagaCommitted",)]
+    state = agency.state()
+    assert state.to_json() == {
+        "flights": [flight],
+        "hotels": [hotel],
+        "charges": [charge],
+        "cancellations": 0,
+        "refunds": 0,
+        "balance_cents": FLIGHT_PRICE + HOTEL_PRICE,
+    }
+    # Each tool call carried the step's idempotency key.
+    keys = [b.idempotency_key for b in (*state.flights, *state.hotels)] + [
+        c.idempotency_key for c in state.charges
+    ]
+    assert keys == [f"{run_id}/0", f"{run_id}/1", f"{run_id}/2"]
+
+
+async def test_a_declined_card_leaves_the_ledger_empty() -> None:
+    agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(declined=True)}))
+    events = EventCapture()
+    async with agency.connect() as session:
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga(
+                travel_saga(session, "Lisbon", 3), trip_context(CARD), sinks=[events]
+            )
+    assert (
+        failure.value.report.summary() == "Card Declined! — rolled back: ChargeCard, ReserveHotel, BookFlight"
+    )
+    assert events.trail() == [
+        *FORWARD,
+        ("StepFailed", "ChargeCard"),
+        ("CompensationStarted", "ChargeCard"),
+        ("CompensationSucceeded", "ChargeCard"),
+        ("CompensationStarted", "ReserveHotel"),
+        ("CompensationSucceeded", "ReserveHotel"),
+        ("CompensationStarted", "BookFlight"),
+        ("CompensationSucceeded", "BookFlight"),
+        ("SagaCompensated",),
+    ]
+    state = agency.state()
+    assert state.is_empty
+    assert (state.cancellations, state.refunds) == (2, 0)
+
+
+async def test_a_hotel_slower_than_the_deadline_leaves_the_ledger_empty() -> None:
+    agency = TravelAgency(faults=FaultPlan({"reserve_hotel": ToolFaults(latency=Latency.fixed(30))}))
+    events = EventCapture()
+    async with agency.connect() as session:
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga(
+                travel_saga(session, "Lisbon", 3), trip_context(CARD).with_timeout(0.3), sinks=[events]
+            )
+    assert failure.value.report.failure_kind is FailureKind.TIMEOUT
+    assert events.trail() == [
+        *FORWARD[:4],
+        ("StepTimedOut", "ReserveHotel"),
+        ("CompensationStarted", "ReserveHotel"),
+        ("CompensationSucceeded", "ReserveHotel"),
+        ("CompensationStarted", "BookFlight"),
+        ("CompensationSucceeded", "BookFlight"),
+        ("SagaCompensated",),
+    ]
+    assert agency.state().is_empty
+
+
+async def test_a_charge_that_times_out_after_taking_effect_is_refunded_by_key() -> None:
+    agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(hang_after_effect=1)}))
+    async with agency.connect() as session:
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga(
+                travel_saga(session, "Lisbon", 3), trip_context(CARD).with_timeout(0.5)
+            )
+    report = failure.value.report
+    assert [s.name for s in report.compensated] == ["ChargeCard", "ReserveHotel", "BookFlight"]
+    state = agency.state()
+    assert state.is_empty
+    assert (state.cancellations, state.refunds, state.balance_cents) == (2, 1, 0)
+
+
+async def test_a_compensation_that_fails_twice_then_succeeds_leaves_the_ledger_empty() -> None:
+    agency = TravelAgency(
+        faults=FaultPlan({"charge_card": ToolFaults(declined=True), "cancel_hotel": ToolFaults(fail_next=2)})
+    )
+    events = EventCapture()
+    async with agency.connect() as session:
+        with pytest.raises(SagaRolledBack):
+            await WorkflowEngine(compensation_retry=FAST_RETRY).execute_saga(
+                travel_saga(session, "Lisbon", 3), trip_context(CARD), sinks=[events]
+            )
+    assert events.trail()[len(FORWARD) + 3 :] == [
+        ("CompensationStarted", "ReserveHotel"),
+        ("CompensationFailed", "ReserveHotel"),
+        ("CompensationStarted", "ReserveHotel"),
+        ("CompensationFailed", "ReserveHotel"),
+        ("CompensationStarted", "ReserveHotel"),
+        ("CompensationSucceeded", "ReserveHotel"),
+        ("CompensationStarted", "BookFlight"),
+        ("CompensationSucceeded", "BookFlight"),
+        ("SagaCompensated",),
+    ]
+    failures = [e for e in events if isinstance(e, CompensationFailed)]
+    assert [(e.attempt, str(e.error), e.will_retry) for e in failures] == [
+        (1, "cancel_hotel is unavailable (injected failure)", True),
+        (2, "cancel_hotel is unavailable (injected failure)", True),
+    ]
+    assert agency.state().is_empty
+
+
+async def test_the_card_number_never_reaches_events_or_reports() -> None:
+    agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(declined=True)}))
+    events = EventCapture()
+    async with agency.connect() as session:
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga(
+                travel_saga(session, "Lisbon", 3), trip_context(CARD), sinks=[events]
+            )
+    assert CARD not in repr(events.events)
+    assert CARD not in repr(failure.value.report.to_json())
+
+
+async def test_default_undo_arguments_are_the_idempotency_key() -> None:
+    agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(declined=True)}))
+    async with agency.connect() as session:
+        flight = ToolPairStep(session, "book_flight", "cancel_flight", name="Fly")
+        card = ToolPairStep(
+            session,
+            "charge_card",
+            "refund_card",
+            arguments=lambda ctx: {"amount_cents": 1, "card_number": CARD},
+        )
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga([(flight, (), {"destination": "Oslo"}), card], AegisContext())
+    assert failure.value.report.summary() == "Card Declined! — rolled back: Fly"
+    assert agency.state().cancellations == 1
+    assert agency.state().is_empty
+
+
+async def test_positional_saga_args_without_an_arguments_function_are_refused() -> None:
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        step = ToolPairStep(session, "book_flight", "cancel_flight")
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga([(step, ("Oslo",), {})], AegisContext())
+    assert str(failure.value.report.cause) == (
+        "step 'book_flight': positional saga args need an `arguments` function to name them"
+    )
+
+
+def test_a_tool_pair_needs_tool_names() -> None:
+    with pytest.raises(
+        SagaDefinitionError, match="ToolPairStep: compensate_tool must be a tool name, got ''"
+    ):
+        ToolPairStep(object(), "book_flight", "")  # type: ignore[arg-type]
