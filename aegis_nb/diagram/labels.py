@@ -1,0 +1,124 @@
+"""The words of the diagrams: durations, arrow labels, status names, summaries. Shared by every view.
+
+Only names, timings and the engine's already secret-scrubbed `ErrorInfo` text are ever used, never
+context metadata, so no view can leak a `Secret`.
+"""
+
+from __future__ import annotations
+
+from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
+from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
+
+STATUS_WORDS: dict[SagaStatus, str] = {
+    SagaStatus.RUNNING: "running",
+    SagaStatus.COMPENSATING: "rolling back",
+    SagaStatus.COMMITTED: "committed",
+    SagaStatus.ROLLED_BACK: "rolled back",
+    SagaStatus.STUCK: "stuck",
+}
+
+KIND_WORDS: dict[MessageKind, str] = {
+    MessageKind.EXECUTE: "execute()",
+    MessageKind.SUCCEEDED: "ok",
+    MessageKind.FAILED: "failed",
+    MessageKind.TIMED_OUT: "timed out",
+    MessageKind.COMPENSATE: "compensate()",
+    MessageKind.COMPENSATED: "undone",
+    MessageKind.COMPENSATION_FAILED: "compensation failed",
+}
+
+
+def duration(seconds: float) -> str:
+    """``0.42 ms``, ``12.3 ms``, ``1.25 s``: short, and stable for snapshot tests."""
+    if seconds < 0.001:
+        return f"{seconds * 1000:.2f} ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` on one line, cut to `limit` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
+
+
+def error_text(error: ErrorInfo | None) -> str:
+    if error is None:
+        return "failed"
+    return f"{error.type}: {error.message}" if error.message else error.type
+
+
+def message_label(message: Message) -> str:
+    """What an arrow says, e.g. ``ok · 10.0 ms`` or ``✗ ValueError: Card Declined! · 10.1 ms``."""
+    took = "" if message.duration is None else f" · {duration(message.duration)}"
+    match message.kind:
+        case MessageKind.EXECUTE:
+            return "execute()"
+        case MessageKind.SUCCEEDED:
+            return f"ok{took}"
+        case MessageKind.FAILED:
+            if message.failure in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
+                return f"✗ {message.failure.value}{took}"
+            return f"✗ {error_text(message.error)}{took}"
+        case MessageKind.TIMED_OUT:
+            budget = "" if message.budget is None else f" (budget {duration(message.budget)})"
+            return f"⏱ timed out{took}{budget}"
+        case MessageKind.COMPENSATE:
+            return "compensate()" if message.attempt == 1 else f"compensate() · attempt {message.attempt}"
+        case MessageKind.COMPENSATED:
+            return f"undone{took}"
+        case MessageKind.COMPENSATION_FAILED:
+            then = (
+                "retrying"
+                if message.will_retry
+                else f"gave up after {message.attempt} attempt{'s' if message.attempt != 1 else ''}"
+            )
+            return f"✗ undo failed: {error_text(message.error)}{took} · {then}"
+    raise AssertionError(message.kind)  # pragma: no cover
+
+
+def fold_label(count: int, kinds: tuple[tuple[MessageKind, int], ...]) -> str:
+    """A folded row, e.g. ``⋯ 1880 arrows folded: 940 execute(), 940 ok``."""
+    parts = ", ".join(f"{n} {KIND_WORDS[kind]}" for kind, n in kinds)
+    return f"⋯ {count} arrows folded: {parts}"
+
+
+def headline(model: SequenceModel) -> str:
+    """``3 steps · 31.2 ms · deadline 100.0 ms · run 1a2b3c4d``."""
+    n = len(model.steps)
+    parts = [f"{n} step{'s' if n != 1 else ''}", duration(model.elapsed)]
+    if model.has_deadline:
+        parts.append(f"deadline {duration(model.deadline - model.started)}")
+    parts.append(f"run {model.run_id[:8]}")
+    return " · ".join(parts)
+
+
+def cause_line(model: SequenceModel) -> str | None:
+    """Why the run rolled back, naming the step; ``None`` while nothing failed."""
+    if model.cause is None and model.failure is None:
+        return None
+    where = "" if model.failed_step is None else f"{model.steps[model.failed_step]}: "
+    if model.failure is FailureKind.TIMEOUT:
+        return f"{where}timed out — {error_text(model.cause)}"
+    if model.failure in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
+        assert model.failure is not None
+        return f"{where}{model.failure.value}"
+    return f"{where}{error_text(model.cause)}"
+
+
+def summary(model: SequenceModel) -> str:
+    """One line a person can act on: the report's summary once final, the progress before."""
+    if model.report is not None:
+        return model.report.summary()
+    if model.status is SagaStatus.COMMITTED:
+        return f"committed: {', '.join(model.steps)}"
+    if not model.run_id:
+        return "waiting for a saga to start"
+    if model.status is SagaStatus.COMPENSATING:
+        return f"rolling back: {cause_line(model)}"
+    running = [m.step for m in model.messages if m.kind is MessageKind.EXECUTE]
+    if not running:
+        return "started"
+    index = running[-1]
+    return f"running step {index + 1} of {len(model.steps)}: {model.steps[index]}"

@@ -1,0 +1,158 @@
+"""Which lanes and rows a drawing shows: everything for normal sagas, a folded digest for huge ones.
+
+A sequence diagram of 30 steps is wide but readable; one of 1,000 is not. Past `max_lanes` the
+first steps, a window around the failure (or the frontier) and the last step keep their lifelines,
+and each gap becomes one folded lane; consecutive arrows to a folded lane become one summary row.
+Past `max_rows` per phase the middle rows are folded too. The SVG and the text rendering share this,
+so both degrade the same way and cost the same bounded work however long the run.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass
+
+from aegis_nb.diagram.model import LaneState, Message, MessageKind, SequenceModel
+
+DEFAULT_MAX_LANES = 36
+DEFAULT_MAX_ROWS = 120
+_HEAD_STEPS = 3
+_KEEP_HEAD_ROWS = 24
+_FOLD_WINDOW = 12  # lifelines kept around the failure (or frontier) once a saga is folded
+
+
+class LaneKind(enum.Enum):
+    ENGINE = "engine"
+    STEP = "step"
+    FOLD = "fold"
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """A lifeline: the engine, one step (`first == last`), or a fold of steps `first..last`."""
+
+    kind: LaneKind
+    first: int = -1
+    last: int = -1
+    state: LaneState | None = None
+
+    @property
+    def folded(self) -> int:
+        return self.last - self.first + 1 if self.kind is LaneKind.FOLD else 0
+
+
+class RowKind(enum.Enum):
+    MESSAGE = "message"
+    FOLD = "fold"
+    ROLLBACK = "rollback"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the drawing.
+
+    MESSAGE: one arrow to `lane`. FOLD: `count` arrows summarised by kind (`lane` is the folded lane,
+    or ``None`` when rows of many lanes were folded). ROLLBACK: the "rollback triggered" note.
+    """
+
+    kind: RowKind
+    in_rollback: bool
+    lane: int | None = None
+    message: Message | None = None
+    count: int = 0
+    kinds: tuple[tuple[MessageKind, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    lanes: tuple[Lane, ...]
+    rows: tuple[Row, ...]
+    folded_steps: int
+    folded_rows: int
+
+
+def layout(
+    model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES, max_rows: int = DEFAULT_MAX_ROWS
+) -> Layout:
+    """The lanes and rows to draw for `model`."""
+    lanes, lane_of = _lanes(model, max_lanes)
+    forward: list[Row] = []
+    rollback: list[Row] = []
+    at = model.rollback_at
+    for i, message in enumerate(model.messages):
+        in_rollback = at is not None and i >= at
+        _add(rollback if in_rollback else forward, lanes, lane_of[message.step], message, in_rollback)
+    folded_rows = 0
+    forward, n = _cap(forward, max_rows, in_rollback=False)
+    folded_rows += n
+    rows = forward
+    if at is not None:
+        rollback, n = _cap(rollback, max_rows, in_rollback=True)
+        folded_rows += n
+        rows = [*forward, Row(RowKind.ROLLBACK, True), *rollback]
+    folded_steps = sum(lane.folded for lane in lanes)
+    return Layout(tuple(lanes), tuple(rows), folded_steps, folded_rows)
+
+
+def _lanes(model: SequenceModel, max_lanes: int) -> tuple[list[Lane], list[int]]:
+    """The lanes, and for each step the index of the lane that draws it."""
+    n = len(model.steps)
+    if n + 1 <= max_lanes:
+        shown = set(range(n))
+    else:
+        focus = model.failed_step
+        if focus is None:
+            focus = max((m.step for m in model.messages), default=0)
+        window = max(1, min(_FOLD_WINDOW, max_lanes - _HEAD_STEPS - 4))
+        shown = set(range(min(_HEAD_STEPS, n)))
+        shown.update(range(max(0, focus + 3 - window), min(n, focus + 3)))
+        shown.add(n - 1)
+    lanes = [Lane(LaneKind.ENGINE)]
+    lane_of = [0] * n
+    gap_start: int | None = None
+    for index in range(n):
+        if index not in shown:
+            # The fold lane is appended when the gap ends, at the position it has now.
+            gap_start = index if gap_start is None else gap_start
+            lane_of[index] = len(lanes)
+            continue
+        if gap_start is not None:
+            lanes.append(Lane(LaneKind.FOLD, gap_start, index - 1))
+            gap_start = None
+        lane_of[index] = len(lanes)
+        lanes.append(Lane(LaneKind.STEP, index, index, model.lanes[index]))
+    return lanes, lane_of
+
+
+def _add(rows: list[Row], lanes: list[Lane], lane: int, message: Message, in_rollback: bool) -> None:
+    if lanes[lane].kind is not LaneKind.FOLD:
+        rows.append(Row(RowKind.MESSAGE, in_rollback, lane, message))
+        return
+    last = rows[-1] if rows else None
+    if last is not None and last.kind is RowKind.FOLD and last.lane == lane:
+        rows[-1] = _merge(last, ((message.kind, 1),))
+    else:
+        rows.append(Row(RowKind.FOLD, in_rollback, lane, None, 1, ((message.kind, 1),)))
+
+
+def _merge(row: Row, kinds: tuple[tuple[MessageKind, int], ...]) -> Row:
+    counts = Counter(dict(row.kinds))
+    for kind, count in kinds:
+        counts[kind] += count
+    ordered = tuple((kind, counts[kind]) for kind in MessageKind if counts[kind])
+    return Row(row.kind, row.in_rollback, row.lane, None, row.count + sum(c for _, c in kinds), ordered)
+
+
+def _cap(rows: list[Row], max_rows: int, *, in_rollback: bool) -> tuple[list[Row], int]:
+    """Fold the middle of `rows` into one row when there are more than `max_rows`."""
+    if len(rows) <= max_rows:
+        return rows, 0
+    head = min(_KEEP_HEAD_ROWS, max_rows // 3)
+    tail = max_rows - head - 1
+    middle = rows[head : len(rows) - tail]
+    summary = Row(RowKind.FOLD, in_rollback, None, None, 0, ())
+    for row in middle:
+        kinds = ((row.message.kind, 1),) if row.message is not None else row.kinds
+        summary = _merge(summary, kinds)
+    return [*rows[:head], summary, *rows[len(rows) - tail :]], len(middle)

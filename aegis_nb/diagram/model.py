@@ -1,0 +1,322 @@
+"""The sequence model: one saga run as lanes, messages and a rollback region, folded from its events.
+
+Every view (SVG, Mermaid, DOT, text, the live widget) draws from this model, never from the raw
+events, so they agree on what happened. `SequenceBuilder` folds events one at a time (the live view
+feeds it from an engine sink); `SequenceModel` is the immutable snapshot the renderers take.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaReport, SagaStatus
+from aegis_nb.saga.events import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
+    SagaCommitted,
+    SagaCompensated,
+    SagaEvent,
+    SagaStarted,
+    SagaStuck,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+)
+
+
+class LaneState(enum.Enum):
+    """Where one step stands, shown on its lifeline head."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed out"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    STUCK = "not undone"
+
+
+class MessageKind(enum.Enum):
+    """An arrow of the diagram: a call from the engine to a step, or a step's reply."""
+
+    EXECUTE = "execute"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed out"
+    COMPENSATE = "compensate"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation failed"
+
+    @property
+    def is_call(self) -> bool:
+        """Engine to step (a solid arrow); the others are replies, step to engine."""
+        return self in (MessageKind.EXECUTE, MessageKind.COMPENSATE)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One arrow, with what its label needs: timing, attempt and (secret-scrubbed) error."""
+
+    seq: int
+    time: float
+    kind: MessageKind
+    step: int
+    attempt: int = 1
+    duration: float | None = None
+    error: ErrorInfo | None = None
+    budget: float | None = None
+    will_retry: bool = False
+    failure: FailureKind | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceModel:
+    """A run as a sequence diagram: who (lanes), what in order (messages), and where rollback began.
+
+    `rollback_at` is the number of messages drawn before the rollback box (``None`` while the run
+    has not failed). Times are on the engine's loop clock; `elapsed` is from start to last event.
+    """
+
+    run_id: str
+    saga: str
+    steps: tuple[str, ...]
+    status: SagaStatus
+    lanes: tuple[LaneState, ...]
+    messages: tuple[Message, ...]
+    rollback_at: int | None
+    started: float
+    elapsed: float
+    deadline: float
+    event_count: int
+    failed_step: int | None = None
+    failure: FailureKind | None = None
+    cause: ErrorInfo | None = None
+    report: SagaReport | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status.is_final
+
+    @property
+    def has_deadline(self) -> bool:
+        return self.deadline != math.inf
+
+
+EMPTY = SequenceModel(
+    run_id="",
+    saga="",
+    steps=(),
+    status=SagaStatus.RUNNING,
+    lanes=(),
+    messages=(),
+    rollback_at=None,
+    started=0.0,
+    elapsed=0.0,
+    deadline=math.inf,
+    event_count=0,
+)
+"""The model before any event: nothing to draw yet."""
+
+
+class SequenceBuilder:
+    """Folds one run's events into a `SequenceModel`, incrementally; `snapshot()` copies it out.
+
+    Feeding is O(1) per event so a sink stays cheap on the engine's hot path; the copy happens only
+    when a view actually redraws. Events of other runs are ignored once a run has started.
+    """
+
+    __slots__ = (
+        "_cause",
+        "_count",
+        "_deadline",
+        "_failed_step",
+        "_failure",
+        "_lanes",
+        "_last",
+        "_messages",
+        "_report",
+        "_rollback_at",
+        "_run_id",
+        "_saga",
+        "_started",
+        "_status",
+        "_steps",
+    )
+
+    def __init__(self) -> None:
+        self._run_id = ""
+        self._saga = ""
+        self._steps: tuple[str, ...] = ()
+        self._status = SagaStatus.RUNNING
+        self._lanes: list[LaneState] = []
+        self._messages: list[Message] = []
+        self._rollback_at: int | None = None
+        self._started = 0.0
+        self._last = 0.0
+        self._deadline = math.inf
+        self._count = 0
+        self._failed_step: int | None = None
+        self._failure: FailureKind | None = None
+        self._cause: ErrorInfo | None = None
+        self._report: SagaReport | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The run being folded ('' before its `SagaStarted`)."""
+        return self._run_id
+
+    @property
+    def event_count(self) -> int:
+        return self._count
+
+    @property
+    def finished(self) -> bool:
+        return self._status.is_final
+
+    def feed(self, event: SagaEvent) -> bool:
+        """Fold `event` in; return whether it belonged to this run (and so changed the model)."""
+        if isinstance(event, SagaStarted):
+            if self._run_id:
+                return False
+            self._run_id, self._saga, self._steps = event.run_id, event.saga, event.steps
+            self._lanes = [LaneState.PENDING] * len(event.steps)
+            self._started = self._last = event.time
+            self._deadline = event.deadline
+            self._count = 1
+            return True
+        if event.run_id != self._run_id:
+            return False
+        self._count += 1
+        self._last = event.time
+        self._fold(event)
+        return True
+
+    def _fold(self, event: SagaEvent) -> None:
+        add, lanes = self._messages.append, self._lanes
+        match event:
+            case StepStarted():
+                lanes[event.index] = LaneState.RUNNING
+                add(Message(event.seq, event.time, MessageKind.EXECUTE, event.index))
+            case StepSucceeded():
+                lanes[event.index] = LaneState.SUCCEEDED
+                add(
+                    Message(
+                        event.seq, event.time, MessageKind.SUCCEEDED, event.index, duration=event.duration
+                    )
+                )
+            case StepFailed():
+                lanes[event.index] = LaneState.FAILED
+                add(
+                    Message(
+                        event.seq,
+                        event.time,
+                        MessageKind.FAILED,
+                        event.index,
+                        duration=event.duration,
+                        error=event.error,
+                        failure=event.kind,
+                    )
+                )
+                self._fail(event.index, event.kind, event.error)
+            case StepTimedOut():
+                lanes[event.index] = LaneState.TIMED_OUT
+                add(
+                    Message(
+                        event.seq,
+                        event.time,
+                        MessageKind.TIMED_OUT,
+                        event.index,
+                        duration=event.duration,
+                        error=event.error,
+                        budget=event.budget,
+                        failure=FailureKind.TIMEOUT,
+                    )
+                )
+                self._fail(event.index, FailureKind.TIMEOUT, event.error)
+            case CompensationStarted():
+                self._enter_rollback()
+                lanes[event.index] = LaneState.COMPENSATING
+                add(
+                    Message(event.seq, event.time, MessageKind.COMPENSATE, event.index, attempt=event.attempt)
+                )
+            case CompensationSucceeded():
+                lanes[event.index] = LaneState.COMPENSATED
+                add(
+                    Message(
+                        event.seq,
+                        event.time,
+                        MessageKind.COMPENSATED,
+                        event.index,
+                        attempt=event.attempt,
+                        duration=event.duration,
+                    )
+                )
+            case CompensationFailed():
+                if not event.will_retry:
+                    lanes[event.index] = LaneState.STUCK
+                add(
+                    Message(
+                        event.seq,
+                        event.time,
+                        MessageKind.COMPENSATION_FAILED,
+                        event.index,
+                        attempt=event.attempt,
+                        duration=event.duration,
+                        error=event.error,
+                        will_retry=event.will_retry,
+                    )
+                )
+            case SagaCommitted():
+                self._status = SagaStatus.COMMITTED
+            case SagaCompensated() | SagaStuck():
+                self._enter_rollback()
+                self._report = event.report
+                self._status = SagaStatus.STUCK if isinstance(event, SagaStuck) else SagaStatus.ROLLED_BACK
+                if self._cause is None:
+                    # Failed between steps (a sink or journal error): only the report knows why.
+                    self._failure, self._cause = event.report.failure_kind, event.report.cause
+
+    def _fail(self, index: int, kind: FailureKind, error: ErrorInfo) -> None:
+        self._failed_step, self._failure, self._cause = index, kind, error
+        self._enter_rollback()
+
+    def _enter_rollback(self) -> None:
+        if self._rollback_at is None:
+            self._rollback_at = len(self._messages)
+            self._status = SagaStatus.COMPENSATING
+
+    def snapshot(self) -> SequenceModel:
+        """The model as it stands, as an immutable value."""
+        if not self._run_id:
+            return EMPTY
+        return SequenceModel(
+            run_id=self._run_id,
+            saga=self._saga,
+            steps=self._steps,
+            status=self._status,
+            lanes=tuple(self._lanes),
+            messages=tuple(self._messages),
+            rollback_at=self._rollback_at,
+            started=self._started,
+            elapsed=self._last - self._started,
+            deadline=self._deadline,
+            event_count=self._count,
+            failed_step=self._failed_step,
+            failure=self._failure,
+            cause=self._cause,
+            report=self._report,
+        )
+
+
+def fold(events: Iterable[SagaEvent]) -> SequenceModel:
+    """The model of the first run in `events` (a finished run's events, or a prefix of them)."""
+    builder = SequenceBuilder()
+    for event in events:
+        builder.feed(event)
+    return builder.snapshot()

@@ -1,0 +1,345 @@
+"""The SVG sequence diagram: a pure function from a `SequenceModel` to self-contained SVG text.
+
+Drawn like the documentation's mermaid picture (the engine and one lifeline per step, `execute()`
+arrows and their replies, a red rollback box holding the `compensate()` arrows, newest first) and
+coloured by outcome. Same model, same bytes: no clock, no randomness, no global counter. Element ids
+derive from the run id and the number of events, so several diagrams inlined in one page never
+share an id; names and error text are escaped. Huge runs are folded by `layout`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from html import escape
+
+from aegis_nb.diagram import labels
+from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, DEFAULT_MAX_ROWS, Lane, LaneKind, Row, RowKind, layout
+from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
+from aegis_nb.kernel.report import SagaStatus
+
+FONT = "ui-sans-serif,system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif"
+
+INK = "#0f172a"
+MUTED = "#64748b"
+LIFELINE = "#cbd5e1"
+
+ARROW_COLOURS: dict[MessageKind, str] = {
+    MessageKind.EXECUTE: "#334155",
+    MessageKind.SUCCEEDED: "#15803d",
+    MessageKind.FAILED: "#dc2626",
+    MessageKind.TIMED_OUT: "#c2410c",
+    MessageKind.COMPENSATE: "#7c3aed",
+    MessageKind.COMPENSATED: "#6d28d9",
+    MessageKind.COMPENSATION_FAILED: "#9f1239",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LaneLook:
+    fill: str
+    stroke: str
+    ink: str
+    caption: str
+
+
+LANE_LOOKS: dict[LaneState, LaneLook] = {
+    LaneState.PENDING: LaneLook("#f8fafc", "#cbd5e1", "#64748b", "pending"),
+    LaneState.RUNNING: LaneLook("#dbeafe", "#2563eb", "#1e3a8a", "running…"),
+    LaneState.SUCCEEDED: LaneLook("#dcfce7", "#16a34a", "#14532d", "✓ done"),
+    LaneState.FAILED: LaneLook("#fee2e2", "#dc2626", "#7f1d1d", "✗ failed"),
+    LaneState.TIMED_OUT: LaneLook("#ffedd5", "#ea580c", "#7c2d12", "⏱ timed out"),
+    LaneState.COMPENSATING: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "undoing…"),
+    LaneState.COMPENSATED: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "↩ undone"),
+    LaneState.STUCK: LaneLook("#ffe4e6", "#9f1239", "#881337", "⚠ not undone"),
+}
+
+STATUS_COLOURS: dict[SagaStatus, str] = {
+    SagaStatus.RUNNING: "#2563eb",
+    SagaStatus.COMPENSATING: "#7c3aed",
+    SagaStatus.COMMITTED: "#16a34a",
+    SagaStatus.ROLLED_BACK: "#dc2626",
+    SagaStatus.STUCK: "#9f1239",
+}
+
+PAD = 20
+GUTTER = 64  # left margin for the "+12.3 ms" time of each row
+HEAD_H = 46
+ROW_H = 32
+NOTE_H = 38
+CHAR_W = 7.0  # rough width of a 12.5px sans-serif character, for sizing lanes and clipping labels
+MIN_LANE_W = 140
+MAX_LANE_W = 200
+MIN_WIDTH = 600
+
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def esc(text: str) -> str:
+    """Text safe inside an SVG element or attribute."""
+    return escape(_XML_INVALID.sub("", text), quote=True)
+
+
+def id_prefix(model: SequenceModel) -> str:
+    """``aegis-<hash of run id>-<events>``: stable for one state, distinct across runs and states."""
+    digest = hashlib.sha1(model.run_id.encode("utf-8")).hexdigest()[:10]
+    return f"aegis-{digest}-{model.event_count}"
+
+
+def render_svg(
+    model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES, max_rows: int = DEFAULT_MAX_ROWS
+) -> str:
+    """The whole diagram as one ``<svg>`` element (no external references)."""
+    return _Drawing(model, max_lanes, max_rows).render()
+
+
+class _Drawing:
+    """Geometry and drawing of one diagram; lives for one `render_svg` call."""
+
+    def __init__(self, model: SequenceModel, max_lanes: int, max_rows: int) -> None:
+        self.model = model
+        self.plan = layout(model, max_lanes=max_lanes, max_rows=max_rows)
+        self.prefix = id_prefix(model)
+        longest = max((len(self._lane_name(lane)) for lane in self.plan.lanes), default=8)
+        self.lane_w = min(MAX_LANE_W, max(MIN_LANE_W, round(longest * CHAR_W + 30)))
+        self.cause = labels.cause_line(model)
+        self.head_top = PAD + (74 if self.cause else 54)
+        self.rows_top = self.head_top + HEAD_H + 16
+        self.row_tops: list[int] = []
+        y = self.rows_top
+        for row in self.plan.rows:
+            self.row_tops.append(y)
+            y += NOTE_H if row.kind is RowKind.ROLLBACK else ROW_H
+        self.rows_bottom = y + 10
+        self.width = max(MIN_WIDTH, 2 * PAD + GUTTER + len(self.plan.lanes) * self.lane_w)
+        self.height = self.rows_bottom + 44
+
+    def x(self, lane: int) -> float:
+        return PAD + GUTTER + self.lane_w * lane + self.lane_w / 2
+
+    def _lane_name(self, lane: Lane) -> str:
+        if lane.kind is LaneKind.ENGINE:
+            return "Workflow Engine"
+        if lane.kind is LaneKind.FOLD:
+            return f"⋯ {lane.folded} steps"
+        return self.model.steps[lane.first]
+
+    # -- drawing --------------------------------------------------------------------------------
+
+    def render(self) -> str:
+        model, p = self.model, self.prefix
+        arrows = sum(1 for row in self.plan.rows if row.kind is RowKind.MESSAGE)
+        parts = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" id="{p}" class="aegis-diagram" '
+            f'width="{self.width}" height="{self.height}" viewBox="0 0 {self.width} {self.height}" '
+            f'font-family="{FONT}" data-status="{model.status.value}" data-events="{model.event_count}" '
+            f'data-arrows="{arrows}" role="img" aria-label="{esc(self._aria())}">',
+            f"<title>{esc(self._aria())}</title>",
+            self._defs(),
+            f'<rect width="{self.width}" height="{self.height}" rx="12" fill="#ffffff" stroke="#e2e8f0"/>',
+            *self._header(),
+            *self._lifelines(),
+            *self._body(),
+            *self._footer(),
+            "</svg>",
+        ]
+        return "\n".join(parts) + "\n"
+
+    def _aria(self) -> str:
+        title = self.model.saga or "saga"
+        return f"{title}: {labels.STATUS_WORDS[self.model.status]} — {labels.summary(self.model)}"
+
+    def _defs(self) -> str:
+        markers = "".join(
+            f'<marker id="{self.prefix}-head-{kind.name.lower()}" viewBox="0 0 10 10" refX="9" refY="5" '
+            f'markerWidth="8" markerHeight="8" orient="auto-start-reverse">'
+            f'<path d="M0,1 L10,5 L0,9 z" fill="{colour}"/></marker>'
+            for kind, colour in ARROW_COLOURS.items()
+        )
+        return f"<defs>{markers}</defs>"
+
+    def _header(self) -> list[str]:
+        model = self.model
+        title = esc(labels.clip(model.saga or "saga", 60))
+        status = labels.STATUS_WORDS[model.status]
+        colour = STATUS_COLOURS[model.status]
+        pill_w = len(status) * 8.2 + 24
+        pill_x = self.width - PAD - pill_w
+        out = [
+            f'<text x="{PAD}" y="{PAD + 20}" font-size="19" font-weight="700" fill="{INK}">{title}</text>',
+            f'<g class="aegis-status"><rect x="{pill_x:.1f}" y="{PAD + 4}" width="{pill_w:.1f}" height="22" '
+            f'rx="11" fill="{colour}"/><text x="{pill_x + pill_w / 2:.1f}" y="{PAD + 19}" font-size="12" '
+            f'font-weight="700" fill="#ffffff" text-anchor="middle" letter-spacing="0.5">'
+            f"{esc(status.upper())}</text></g>",
+            f'<text x="{PAD}" y="{PAD + 42}" font-size="12.5" fill="{MUTED}">'
+            f"{esc(labels.headline(model))}</text>",
+        ]
+        if self.cause:
+            out.append(
+                f'<text x="{PAD}" y="{PAD + 62}" font-size="13" font-weight="600" fill="#b91c1c">'
+                f"{esc(labels.clip('✗ ' + self.cause, 140))}</text>"
+            )
+        return out
+
+    def _lifelines(self) -> list[str]:
+        out: list[str] = []
+        top, w = self.head_top, self.lane_w - 16
+        fit = int((w - 12) / CHAR_W)
+        for i, lane in enumerate(self.plan.lanes):
+            cx = self.x(i)
+            dash = "2 5" if lane.kind is LaneKind.FOLD else "5 5"
+            out.append(
+                f'<line x1="{cx:.1f}" y1="{top + HEAD_H}" x2="{cx:.1f}" y2="{self.rows_bottom}" '
+                f'stroke="{LIFELINE}" stroke-width="1.5" stroke-dasharray="{dash}"/>'
+            )
+            name = self._lane_name(lane)
+            if lane.kind is LaneKind.ENGINE:
+                fill, stroke, ink, caption, ink2 = "#1e293b", "#1e293b", "#ffffff", "engine", "#cbd5e1"
+            elif lane.kind is LaneKind.FOLD:
+                fill, stroke, ink, ink2 = "#f8fafc", "#94a3b8", MUTED, MUTED
+                caption = f"steps {lane.first + 1}–{lane.last + 1}"
+            else:
+                assert lane.state is not None
+                look = LANE_LOOKS[lane.state]
+                fill, stroke, ink, ink2 = look.fill, look.stroke, look.ink, look.stroke
+                caption = f"{lane.first + 1} · {look.caption}"
+            border = ' stroke-dasharray="4 3"' if lane.kind is LaneKind.FOLD else ""
+            out.append(
+                f'<g class="aegis-lane aegis-lane-{lane.kind.value}"'
+                + (f' data-state="{lane.state.name.lower()}"' if lane.state is not None else "")
+                + f'><title>{esc(name)}</title><rect x="{cx - w / 2:.1f}" y="{top}" width="{w}" '
+                f'height="{HEAD_H}" rx="9" fill="{fill}" stroke="{stroke}" stroke-width="1.5"{border}/>'
+                f'<text x="{cx:.1f}" y="{top + 19}" font-size="12.5" font-weight="700" fill="{ink}" '
+                f'text-anchor="middle">{esc(labels.clip(name, fit))}</text>'
+                f'<text x="{cx:.1f}" y="{top + 36}" font-size="11" fill="{ink2}" text-anchor="middle">'
+                f"{esc(caption)}</text></g>"
+            )
+        return out
+
+    def _body(self) -> list[str]:
+        """The rollback box, activation bars, forward rows, then the rollback group (note and rows)."""
+        out: list[str] = []
+        rollback: list[str] = []
+        rollback_top: int | None = None
+        compensations = 0
+        for row, top in zip(self.plan.rows, self.row_tops, strict=True):
+            if row.kind is RowKind.ROLLBACK:
+                rollback_top = top
+                rollback.append(self._rollback_note(top))
+            elif rollback_top is None:
+                out.append(self._row(row, top))
+            else:
+                rollback.append(self._row(row, top))
+                if row.message is not None:
+                    compensations += row.message.kind is MessageKind.COMPENSATE
+                else:
+                    compensations += dict(row.kinds).get(MessageKind.COMPENSATE, 0)
+        if rollback_top is None:
+            return [*self._activations(), *out]
+        top = rollback_top
+        box = (
+            f'<rect class="aegis-rollback-box" x="{PAD + GUTTER - 8}" y="{top - 6}" '
+            f'width="{self.width - 2 * PAD - GUTTER + 2}" height="{self.rows_bottom - top + 2}" rx="10" '
+            f'fill="#fee2e2" fill-opacity="0.45" stroke="#f87171" stroke-width="1.5"/>'
+            f'<text x="{self.width - PAD - 14}" y="{top + 12}" font-size="11" font-weight="700" '
+            f'fill="#b91c1c" text-anchor="end" letter-spacing="1">ROLLBACK</text>'
+        )
+        # Under everything: the box, then the activation bars, then arrows and their labels.
+        return [
+            box,
+            *self._activations(),
+            *out,
+            f'<g class="aegis-rollback" data-compensations="{compensations}">',
+            *rollback,
+            "</g>",
+        ]
+
+    def _activations(self) -> list[str]:
+        """Narrow bars on a step's lifeline from each call to its reply (open while it runs)."""
+        bars: list[str] = []
+        open_at: dict[int, tuple[float, MessageKind]] = {}
+        for row, top in zip(self.plan.rows, self.row_tops, strict=True):
+            message = row.message
+            if row.kind is not RowKind.MESSAGE or message is None or row.lane is None:
+                continue
+            y = top + ROW_H - 10
+            if message.kind.is_call:
+                open_at[row.lane] = (y, message.kind)
+            elif row.lane in open_at:
+                start, _ = open_at.pop(row.lane)
+                bars.append(self._bar(row.lane, start, y, message.kind))
+        for lane, (start, kind) in sorted(open_at.items()):
+            bars.append(self._bar(lane, start, self.rows_bottom - 6, kind))
+        return bars
+
+    def _bar(self, lane: int, top: float, bottom: float, kind: MessageKind) -> str:
+        colour = ARROW_COLOURS[kind]
+        return (
+            f'<rect class="aegis-activation" x="{self.x(lane) - 5:.1f}" y="{top:.1f}" width="10" '
+            f'height="{max(4.0, bottom - top):.1f}" rx="2" fill="#ffffff" stroke="{colour}" '
+            'stroke-width="1.5"/>'
+        )
+
+    def _rollback_note(self, top: int) -> str:
+        cx = self.x(0)
+        text = "⟲ Rollback triggered"
+        w = len(text) * 7.2 + 24
+        return (
+            f'<g class="aegis-note"><rect x="{cx - w / 2:.1f}" y="{top + 4}" width="{w:.1f}" height="24" '
+            f'rx="6" fill="#fff7ed" stroke="#fb923c"/><text x="{cx:.1f}" y="{top + 20}" font-size="12" '
+            f'font-weight="700" fill="#9a3412" text-anchor="middle">{esc(text)}</text></g>'
+        )
+
+    def _row(self, row: Row, top: int) -> str:
+        y = top + ROW_H - 10
+        if row.kind is RowKind.FOLD and row.lane is None:
+            label = labels.fold_label(row.count, row.kinds)
+            return (
+                f'<g class="aegis-fold"><rect x="{PAD + GUTTER}" y="{top + 4}" '
+                f'width="{self.width - 2 * PAD - GUTTER}" height="{ROW_H - 8}" rx="6" fill="#f1f5f9"/>'
+                f'<text x="{self.width / 2:.1f}" y="{top + 21}" font-size="12" font-style="italic" '
+                f'fill="{MUTED}" text-anchor="middle">{esc(label)}</text></g>'
+            )
+        assert row.lane is not None
+        x0, x1 = self.x(0) + 6, self.x(row.lane) - 6
+        if row.kind is RowKind.FOLD:
+            label = labels.fold_label(row.count, row.kinds)
+            return (
+                f'<g class="aegis-fold"><line x1="{x0:.1f}" y1="{y}" x2="{x1:.1f}" y2="{y}" stroke="#94a3b8" '
+                f'stroke-width="2" stroke-dasharray="1 5" stroke-linecap="round"/>'
+                f'<text x="{x0 + 8:.1f}" y="{y - 7}" font-size="12" font-style="italic" fill="{MUTED}" '
+                f'paint-order="stroke" stroke="#ffffff" stroke-width="4">{esc(label)}</text></g>'
+            )
+        message = row.message
+        assert message is not None
+        kind = message.kind
+        colour = ARROW_COLOURS[kind]
+        start, end = (x0, x1) if kind.is_call else (x1, x0)
+        dash = "" if kind.is_call else ' stroke-dasharray="6 4"'
+        weight = "600" if kind in (MessageKind.FAILED, MessageKind.TIMED_OUT) else "500"
+        label = labels.message_label(message)
+        ink = INK if kind is MessageKind.EXECUTE else colour
+        offset = message.time - self.model.started
+        return (
+            f'<g class="aegis-msg aegis-{kind.name.lower()}" data-seq="{message.seq}" '
+            f'data-step="{message.step}"><title>{esc(self.model.steps[message.step])}: {esc(label)}</title>'
+            f'<text x="{PAD + GUTTER - 10}" y="{y + 4}" font-size="10.5" fill="#94a3b8" text-anchor="end">'
+            f"+{esc(labels.duration(offset))}</text>"
+            f'<line x1="{start:.1f}" y1="{y}" x2="{end:.1f}" y2="{y}" stroke="{colour}" stroke-width="1.8"'
+            f'{dash} marker-end="url(#{self.prefix}-head-{kind.name.lower()})"/>'
+            f'<text x="{x0 + 8:.1f}" y="{y - 7}" font-size="12.5" font-weight="{weight}" fill="{ink}" '
+            f'paint-order="stroke" stroke="#ffffff" stroke-width="4" stroke-linejoin="round">'
+            f"{esc(labels.clip(label, 110))}</text></g>"
+        )
+
+    def _footer(self) -> list[str]:
+        y = self.rows_bottom + 26
+        colour = STATUS_COLOURS[self.model.status] if self.model.finished else MUTED
+        note = ""
+        if self.plan.folded_steps or self.plan.folded_rows:
+            note = f"  (folded: {self.plan.folded_steps} steps, {self.plan.folded_rows} rows)"
+        return [
+            f'<text x="{PAD}" y="{y}" font-size="12.5" font-weight="600" fill="{colour}">'
+            f"{esc(labels.clip(labels.summary(self.model) + note, int((self.width - 2 * PAD) / 7.4)))}</text>"
+        ]

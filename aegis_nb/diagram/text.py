@@ -1,0 +1,71 @@
+"""The sequence diagram as plain text: for terminals, logs, `make demo` and `text/plain` bundles.
+
+One line per arrow, with its time since the start, the step it goes to and what it says; the
+rollback rows sit inside a bracket. Folds huge runs exactly as the SVG does.
+"""
+
+from __future__ import annotations
+
+from aegis_nb.diagram import labels
+from aegis_nb.diagram.layout import (
+    DEFAULT_MAX_LANES,
+    DEFAULT_MAX_ROWS,
+    LaneKind,
+    Layout,
+    Row,
+    RowKind,
+    layout,
+)
+from aegis_nb.diagram.model import SequenceModel
+
+_NAME_LIMIT = 28
+
+
+def render_text(
+    model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES, max_rows: int = DEFAULT_MAX_ROWS
+) -> str:
+    """The whole run as text, ending with a newline."""
+    if not model.run_id:
+        return "(no saga has started yet)\n"
+    plan = layout(model, max_lanes=max_lanes, max_rows=max_rows)
+    status = labels.STATUS_WORDS[model.status].upper()
+    lines = [f"{model.saga} — {status} · {labels.headline(model)}"]
+    cause = labels.cause_line(model)
+    if cause:
+        lines.append(f"✗ {cause}")
+    lines.append("")
+    names = [_lane_name(model, plan, row) for row in plan.rows]
+    width = max((len(name) for name in names), default=0)
+    bar = "  "
+    for row, name in zip(plan.rows, names, strict=True):
+        if row.kind is RowKind.ROLLBACK:
+            lines.append("┌─ ⟲ Rollback triggered")
+            bar = "│ "
+            continue
+        lines.append(f"{bar}{_row(model, row, name, width)}".rstrip())
+    if bar != "  ":
+        lines.append("└─")
+    lines.append(labels.summary(model))
+    return "\n".join(lines) + "\n"
+
+
+def _lane_name(model: SequenceModel, plan: Layout, row: Row) -> str:
+    if row.lane is None or row.kind is RowKind.ROLLBACK:
+        return ""
+    lane = plan.lanes[row.lane]
+    if lane.kind is LaneKind.FOLD:
+        return f"{lane.first + 1}–{lane.last + 1} (folded)"
+    return f"{lane.first + 1} {labels.clip(model.steps[lane.first], _NAME_LIMIT)}"
+
+
+def _row(model: SequenceModel, row: Row, name: str, width: int) -> str:
+    if row.kind is RowKind.FOLD:
+        label = labels.fold_label(row.count, row.kinds)
+        if row.lane is None:
+            return f"{'':>9}  {label}"
+        return f"{'':>9}  Engine ⇢ {name:<{width}}  {label}"
+    message = row.message
+    assert message is not None
+    arrow = "→" if message.kind.is_call else "←"
+    at = "+" + labels.duration(message.time - model.started)
+    return f"{at:>9}  Engine {arrow} {name:<{width}}  {labels.clip(labels.message_label(message), 120)}"
