@@ -100,29 +100,36 @@ def trip_context(card_number: str, **metadata: Any) -> AegisContext:
 
 
 def travel_app(
-    agency: Any,
+    agency: Any = None,
     *,
+    session: ToolCaller | None = None,
     engine: WorkflowEngine | None = None,
     workflow_timeout: float | None = 30.0,
     name: str = "travel-agent",
 ) -> AegisMCP:
-    """An `AegisMCP` serving ``book_trip`` over `agency`: a `TravelAgency`, or anything `connect` takes.
+    """An `AegisMCP` serving ``book_trip`` and ``list_bookings`` over the mock agency.
 
-    The server opens one session on the agency for its lifetime.
+    Give `agency` (a `TravelAgency`, or a server object, `StdioServerParameters` or URL for `connect`:
+    the app then holds one session on it while it runs) or an open `session` to use as it is.
     """
     from aegis_nb.mock.agency import TravelAgency
 
+    if (agency is None) == (session is None):
+        raise TypeError("travel_app needs exactly one of agency or session")
     target = agency.server if isinstance(agency, TravelAgency) else agency
-    sessions: list[ToolCaller] = []
+    sessions: list[ToolCaller] = [] if session is None else [session]
 
     @asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[dict[str, Any]]:
-        async with connect(target) as session:
-            sessions.append(session)
+        if target is None:
+            yield {}
+            return
+        async with connect(target) as opened:
+            sessions.append(opened)
             try:
                 yield {}
             finally:
-                sessions.remove(session)
+                sessions.remove(opened)
 
     app = AegisMCP(name, engine=engine, workflow_timeout=workflow_timeout, lifespan=lifespan)
 
@@ -133,5 +140,10 @@ def travel_app(
         return await app.workflow_engine.execute_saga(
             saga, ctx.with_metadata({CARD_KEY: Secret(card_number)})
         )
+
+    @app.tool()
+    async def list_bookings() -> dict[str, Any]:
+        """The agency's live flights, hotels and charges."""
+        return await sessions[-1].call_tool("list_bookings", {})
 
     return app

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import enum
 import inspect
+import io
 import math
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -267,6 +269,10 @@ class AegisMCP(MCPServer[Any]):
         """Serve until stopped: stdio by default, or streamable HTTP on ``http://host:port/mcp``."""
         kind = _transport(transport)
         if kind is Transport.STDIO:
+            # The SDK diverts print() to stderr while stdout carries the protocol; line buffering
+            # makes a step's prints show up as they happen rather than at exit.
+            if isinstance(sys.stdout, io.TextIOWrapper):
+                sys.stdout.reconfigure(line_buffering=True)
             anyio.run(self.run_stdio_async)
         else:
             # uvicorn serves on asyncio only.

@@ -1,0 +1,1 @@
+"""MCP servers the transport tests start as subprocesses."""

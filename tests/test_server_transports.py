@@ -1,0 +1,230 @@
+"""AegisMCP and the mock agency over real transports: stdio subprocesses and streamable HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import Process
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.types import TextContent
+
+from aegis_nb.kernel.errors import SagaRolledBack
+from aegis_nb.mock.travel import travel_app, travel_saga, trip_context
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.events import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
+    SagaCompensated,
+    SagaEvent,
+    StepStarted,
+)
+from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.server.session import ToolSession, connect
+
+pytestmark = pytest.mark.anyio
+
+SERVERS = Path(__file__).parent / "servers"
+ROOT = Path(__file__).parent.parent
+CARD = "4242424242424242"
+EMPTY = {"flights": [], "hotels": [], "charges": [], "balance_cents": 0}
+
+DOC_REPORT_TEXT = "Card Declined! — rolled back: BookFlightStep"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def http_server(*args: str) -> AsyncIterator[str]:
+    """Start ``aegis-nb <args> --transport http`` and yield its URL once uvicorn says it is listening."""
+    port = free_port()
+    command = [sys.executable, "-m", "aegis_nb.cli", *args, "--transport", "http", "--port", str(port)]
+    process: Process = await anyio.open_process(command, cwd=ROOT, stdout=None)
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(30):
+            async for chunk in process.stderr:
+                seen += chunk
+                if b"Uvicorn running on" in seen:
+                    break
+        assert b"Uvicorn running on" in seen, seen.decode(errors="replace")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        with anyio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+
+
+def stdio(*args: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=list(args), cwd=str(ROOT))
+
+
+def doc_report(structured: dict[str, Any]) -> dict[str, Any]:
+    assert structured["duration_ms"] >= 0
+    return {**structured, "run_id": "RUN", "duration_ms": 0}
+
+
+EXPECTED_DOC_REPORT = {
+    "run_id": "RUN",
+    "saga": "book_vacation",
+    "status": "rolled_back",
+    "steps": ["BookFlightStep", "ChargeCardStep"],
+    "succeeded": [{"index": 0, "name": "BookFlightStep"}],
+    "failed_step": {"index": 1, "name": "ChargeCardStep"},
+    "failure_kind": "error",
+    "cause": {"type": "ValueError", "message": "Card Declined!"},
+    "compensated": [{"index": 0, "name": "BookFlightStep"}],
+    "compensation_failures": [],
+    "summary": DOC_REPORT_TEXT,
+    "left_standing": [],
+    "duration_ms": 0,
+}
+
+
+async def test_the_documentation_example_served_by_app_run_over_stdio() -> None:
+    with tempfile.TemporaryFile("w+") as errlog:
+        params = stdio(str(SERVERS / "doc_travel_agent.py"))
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            result = await client.call_tool("book_vacation", {})
+        errlog.seek(0)
+        output = errlog.read().splitlines()
+    # The steps' print() lines reach the server's output (stderr: stdout carries the protocol), in order.
+    assert output == [
+        "Booking flight...",
+        "Attempting to charge card for FLIGHT_999...",
+        "Canceling flight FLIGHT_999...",
+    ]
+    assert tools == ["book_vacation"]
+    assert result.is_error is True
+    assert result.content == [TextContent(type="text", text=DOC_REPORT_TEXT)]
+    assert result.structured_content is not None
+    assert doc_report(result.structured_content) == EXPECTED_DOC_REPORT
+
+
+async def test_the_documentation_example_served_over_http_by_aegis_nb_serve() -> None:
+    async with http_server("serve", "tests.servers.doc_travel_agent:app") as url, Client(url) as client:
+        tools = [tool.name for tool in (await client.list_tools()).tools]
+        result = await client.call_tool("book_vacation", {})
+    assert tools == ["book_vacation"]
+    assert result.is_error is True
+    assert result.content == [TextContent(type="text", text=DOC_REPORT_TEXT)]
+    assert result.structured_content is not None
+    assert doc_report(result.structured_content) == EXPECTED_DOC_REPORT
+
+
+@asynccontextmanager
+async def agency_session(transport: str) -> AsyncIterator[ToolSession]:
+    """A session on `aegis-nb mock` in a subprocess, over `transport`."""
+    if transport == "stdio":
+        async with connect(stdio("-m", "aegis_nb.cli", "mock")) as session:
+            yield session
+    else:
+        async with http_server("mock") as url, connect(url) as session:
+            yield session
+
+
+def live(ledger: dict[str, Any]) -> dict[str, Any]:
+    return {key: ledger[key] for key in EMPTY}
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_the_travel_saga_over_the_mock_agency_in_another_process(transport: str) -> None:
+    engine = WorkflowEngine(compensation_retry=RetryPolicy(attempts=3, initial_delay=0.0))
+    async with agency_session(transport) as agency:
+        # A declined card leaves the ledger empty.
+        await agency.call_tool("set_faults", {"plan": {"charge_card": {"declined": True}}})
+        with pytest.raises(SagaRolledBack) as declined:
+            await engine.execute_saga(travel_saga(agency, "Lisbon", 3), trip_context(CARD))
+        assert declined.value.report.summary() == (
+            "Card Declined! — rolled back: ChargeCard, ReserveHotel, BookFlight"
+        )
+        assert live(await agency.call_tool("list_bookings")) == EMPTY
+
+        # A hotel slower than the deadline leaves it empty.
+        await agency.call_tool("set_faults", {"plan": {"reserve_hotel": {"latency": 30}}})
+        with pytest.raises(SagaRolledBack) as slow:
+            await engine.execute_saga(travel_saga(agency, "Lisbon", 3), trip_context(CARD).with_timeout(1.0))
+        assert slow.value.report.failure_kind is not None
+        assert slow.value.report.failure_kind.value == "timeout"
+        assert live(await agency.call_tool("list_bookings")) == EMPTY
+
+        # A compensation that fails twice, then succeeds, leaves it empty; the events show the retries.
+        await agency.call_tool(
+            "set_faults", {"plan": {"charge_card": {"declined": True}, "cancel_hotel": {"fail_next": 2}}}
+        )
+        events: list[SagaEvent] = []
+        with pytest.raises(SagaRolledBack):
+            await engine.execute_saga(
+                travel_saga(agency, "Lisbon", 3), trip_context(CARD), sinks=[events.append]
+            )
+        attempts = [
+            (type(e).__name__, e.attempt)
+            for e in events
+            if isinstance(e, CompensationStarted | CompensationFailed | CompensationSucceeded)
+            and e.step == "ReserveHotel"
+        ]
+        assert attempts == [
+            ("CompensationStarted", 1),
+            ("CompensationFailed", 1),
+            ("CompensationStarted", 2),
+            ("CompensationFailed", 2),
+            ("CompensationStarted", 3),
+            ("CompensationSucceeded", 3),
+        ]
+        assert live(await agency.call_tool("list_bookings")) == EMPTY
+
+        # Success leaves a flight, a hotel and a charge.
+        await agency.call_tool("set_faults", {"plan": {}})
+        final = await engine.execute_saga(travel_saga(agency, "Lisbon", 3), trip_context(CARD))
+        ledger = await agency.call_tool("list_bookings")
+    assert live(ledger) == {
+        "flights": [final.metadata["flight"]],
+        "hotels": [final.metadata["hotel"]],
+        "charges": [final.metadata["charge"]],
+        "balance_cents": final.metadata["charge"]["amount_cents"],
+    }
+    # Two undone bookings per failed run, except the slow hotel that was never made.
+    assert (ledger["cancellations"], ledger["refunds"]) == (5, 0)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_client_cancel_mid_saga_leaves_the_remote_ledger_empty(transport: str) -> None:
+    hotel_started, rolled_back = anyio.Event(), anyio.Event()
+
+    def watch(event: SagaEvent) -> None:
+        if isinstance(event, StepStarted) and event.step == "ReserveHotel":
+            hotel_started.set()
+        if isinstance(event, SagaCompensated):
+            rolled_back.set()
+
+    async with agency_session(transport) as agency:
+        await agency.call_tool("set_faults", {"plan": {"reserve_hotel": {"latency": 30}}})
+        app = travel_app(session=agency)
+        app.workflow_engine.subscribe(watch)
+        async with Client(app) as client, anyio.create_task_group() as tasks:
+            tasks.start_soon(
+                client.call_tool, "book_trip", {"destination": "Lisbon", "nights": 3, "card_number": CARD}
+            )
+            await hotel_started.wait()
+            tasks.cancel_scope.cancel()
+        await rolled_back.wait()
+        ledger = await agency.call_tool("list_bookings")
+    assert live(ledger) == EMPTY
+    assert ledger["cancellations"] == 1
