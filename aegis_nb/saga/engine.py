@@ -158,6 +158,26 @@ class WorkflowEngine:
         recorder = RunRecorder(run_id, clock, self.journal, (self._sinks, SinkSet(sinks)))
         return await _Forward(self, recorder, name, specs, ctx).run()
 
+    # -- recovering -----------------------------------------------------------------------------
+
+    async def recover(self, *, sinks: Iterable[Sink] = ()) -> tuple[SagaRun, ...]:
+        """Finish every run the durable journal shows unfinished: compensate it, newest first.
+
+        Uses this engine's retry policy and budget and emits the same events as a live rollback
+        (to the engine's sinks and `sinks`). See `aegis_nb.saga.durable.recovery`.
+        """
+        from aegis_nb.saga.durable.recovery import recover_unfinished
+
+        journal = self.journal
+        if journal is None or not hasattr(journal, "unfinished"):
+            raise TypeError(f"recover() needs a durable journal, such as SqliteJournal; got {journal!r}")
+        return await recover_unfinished(
+            journal,  # type: ignore[arg-type]
+            default_retry=self.compensation_retry,
+            budget=self.compensation_budget,
+            sink_sets=(self._sinks, SinkSet(sinks)),
+        )
+
 
 class _Forward:
     """One run: the forward phase, then commit or rollback."""

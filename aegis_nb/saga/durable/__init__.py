@@ -1,0 +1,52 @@
+"""Durable sagas: the SQLite journal, crash recovery, and reading runs back for listing and replay.
+
+``WorkflowEngine(journal=SqliteJournal("runs.db"))`` makes every run write-ahead logged;
+``await engine.recover()`` finishes what a crash left half done. Part of the saga layer: it imports
+the kernel and the standard library only (``sqlite3``).
+"""
+
+from aegis_nb.saga.durable.codec import SCHEMA_VERSION
+from aegis_nb.saga.durable.errors import (
+    JournalCorrupt,
+    JournalError,
+    JournalInUse,
+    JournalTooNew,
+    JournalUnavailable,
+    StepNotRecoverable,
+)
+from aegis_nb.saga.durable.journal import SqliteJournal
+from aegis_nb.saga.durable.locator import LocatorKind, StepLocator, StepResolver
+from aegis_nb.saga.durable.recovery import (
+    RecoverableJournal,
+    RecoveryIncomplete,
+    RecoveryPlan,
+    plan_recovery,
+    recover_unfinished,
+)
+from aegis_nb.saga.durable.runs import JournaledRun, StepRecord, read_events, read_run, read_runs
+from aegis_nb.saga.durable.store import RunInfo
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalInUse",
+    "JournalTooNew",
+    "JournalUnavailable",
+    "JournaledRun",
+    "LocatorKind",
+    "RecoverableJournal",
+    "RecoveryIncomplete",
+    "RecoveryPlan",
+    "RunInfo",
+    "SqliteJournal",
+    "StepLocator",
+    "StepNotRecoverable",
+    "StepRecord",
+    "StepResolver",
+    "plan_recovery",
+    "read_events",
+    "read_run",
+    "read_runs",
+    "recover_unfinished",
+]

@@ -1,0 +1,322 @@
+"""Events, contexts and reports to JSON text and back, with a schema version: never pickle.
+
+Every record the journal stores is one JSON object carrying ``"v"`` (the schema version). Contexts are
+written with their metadata as plain JSON, their deadline (``null`` for none), and the run id and
+step position that make up the idempotency key. Secret values are never written: the record keeps
+only *where* secrets were, and decoding puts ``Secret("***")`` there, so a recovered compensation that
+needs a secret must fetch it again. Decoding checks every field and raises `RecordError` saying what
+is wrong; the journal adds the file and the record to that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.report import (
+    CompensationFailure,
+    ErrorInfo,
+    FailureKind,
+    SagaReport,
+    SagaStatus,
+    StepRef,
+)
+from aegis_nb.kernel.values import REDACTED, FrozenDict, Secret
+from aegis_nb.saga.events import EVENT_TYPES, SagaEvent
+
+SCHEMA_VERSION: Final = 1
+"""The version written into every record and into the journal file; readers refuse newer ones."""
+
+_EVENTS: Final = MappingProxyType({cls.__name__: cls for cls in EVENT_TYPES})
+
+JSONPath = tuple[str | int, ...]
+
+
+class RecordError(ValueError):
+    """A record does not decode; `too_new` when it was written by a newer schema."""
+
+    def __init__(self, problem: str, *, too_new: bool = False) -> None:
+        self.too_new = too_new
+        super().__init__(problem)
+
+
+# -- plain JSON ------------------------------------------------------------------------------------
+
+
+def dumps(data: object) -> str:
+    """Compact JSON; NaN and infinity are refused (they are not JSON)."""
+    return json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
+def loads(text: str) -> Any:
+    """Parse one record; anything but a versioned JSON object of this schema is a `RecordError`."""
+    try:
+        data = json.loads(text, parse_constant=_no_constants)
+    except (ValueError, TypeError) as exc:
+        raise RecordError(f"not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"expected a JSON object, got {type(data).__name__}")
+    version = data.get("v")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise RecordError(f'no schema version ("v"), got {version!r}')
+    if version > SCHEMA_VERSION:
+        raise RecordError(
+            f"written by schema {version}; this aegis_nb reads up to schema {SCHEMA_VERSION}", too_new=True
+        )
+    return data
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def json_problem(value: object, path: str) -> str | None:
+    """Why `value` is not plain JSON data (None, bool, int, finite float, str, list, str-keyed dict)."""
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{path} is {value!r}, which JSON cannot hold"
+    if isinstance(value, Secret):
+        return f"{path} is a Secret, and secrets are never written; pass it in the context metadata"
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            problem = json_problem(item, f"{path}[{i}]")
+            if problem:
+                return problem
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has a {type(key).__name__} key {key!r}; JSON keys are str"
+            problem = json_problem(item, f"{path}[{key!r}]")
+            if problem:
+                return problem
+        return None
+    return f"{path} is a {type(value).__name__}, which is not JSON data"
+
+
+# -- contexts --------------------------------------------------------------------------------------
+
+
+def context_to_json(ctx: AegisContext) -> dict[str, Any]:
+    """A context as JSON data: metadata (secrets as ``***``), where the secrets were, deadline, key."""
+    data: dict[str, Any] = {"metadata": ctx.to_json()}
+    secrets = list(_secret_paths(ctx.metadata, ()))
+    if secrets:
+        data["secrets"] = [list(path) for path in secrets]
+    data["deadline"] = None if ctx.deadline == math.inf else ctx.deadline
+    data["run_id"] = ctx.run_id
+    data["step"] = ctx.step_index
+    return data
+
+
+def context_from_json(data: object) -> AegisContext:
+    """The context `context_to_json` wrote; each secret comes back as ``Secret("***")``."""
+    obj = _object(data, "context")
+    metadata = _object(obj.get("metadata"), "context metadata")
+    for raw in _list(obj.get("secrets", []), "context secrets"):
+        metadata = _redact_at(metadata, tuple(_list(raw, "secret path")))
+    deadline = obj.get("deadline")
+    if deadline is None:
+        deadline = math.inf
+    run_id = obj.get("run_id")
+    step = obj.get("step")
+    if not (isinstance(deadline, int | float) and not isinstance(deadline, bool)):
+        raise RecordError(f"context deadline must be a number or null, got {deadline!r}")
+    if run_id is not None and not isinstance(run_id, str):
+        raise RecordError(f"context run_id must be a string or null, got {run_id!r}")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise RecordError(f"context step must be an int or null, got {step!r}")
+    try:
+        frozen = FrozenDict(metadata)
+    except TypeError as exc:
+        raise RecordError(f"context metadata: {exc}") from None
+    return AegisContext._build(frozen, float(deadline), run_id, step)
+
+
+def _secret_paths(value: object, path: JSONPath) -> Any:
+    if isinstance(value, Secret):
+        yield path
+    elif isinstance(value, FrozenDict):
+        for key, item in value.items():
+            yield from _secret_paths(item, (*path, key))
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            yield from _secret_paths(item, (*path, i))
+
+
+def _redact_at(data: Any, path: tuple[Any, ...]) -> Any:
+    """A copy of `data` with ``Secret("***")`` at `path` (which must hold the ``***`` placeholder)."""
+    if not path:
+        if data != REDACTED:
+            raise RecordError(f"a secret's place holds {data!r}, not {REDACTED!r}")
+        return Secret(REDACTED)
+    head, rest = path[0], path[1:]
+    if isinstance(data, dict) and isinstance(head, str) and head in data:
+        return {**data, head: _redact_at(data[head], rest)}
+    if (
+        isinstance(data, list)
+        and isinstance(head, int)
+        and not isinstance(head, bool)
+        and 0 <= head < len(data)
+    ):
+        return [*data[:head], _redact_at(data[head], rest), *data[head + 1 :]]
+    raise RecordError(f"secret path element {head!r} does not exist in the metadata")
+
+
+# -- reports ---------------------------------------------------------------------------------------
+
+
+def report_from_json(data: object) -> SagaReport:
+    """The `SagaReport` that `SagaReport.to_json` wrote."""
+    obj = _object(data, "report")
+    try:
+        return SagaReport(
+            run_id=_str(obj.get("run_id"), "report run_id"),
+            saga=_str(obj.get("saga"), "report saga"),
+            status=SagaStatus(obj.get("status")),
+            steps=tuple(_str(s, "report step") for s in _list(obj.get("steps"), "report steps")),
+            succeeded=tuple(_ref(s) for s in _list(obj.get("succeeded"), "report succeeded")),
+            failed_step=None if obj.get("failed_step") is None else _ref(obj["failed_step"]),
+            failure_kind=None if obj.get("failure_kind") is None else FailureKind(obj["failure_kind"]),
+            cause=None if obj.get("cause") is None else _error(obj["cause"]),
+            compensated=tuple(_ref(s) for s in _list(obj.get("compensated"), "report compensated")),
+            compensation_failures=tuple(
+                CompensationFailure(
+                    _ref(_object(f, "failure").get("step")),
+                    _int(f.get("attempts"), "failure attempts"),
+                    _error(f.get("error")),
+                )
+                for f in _list(obj.get("compensation_failures"), "report compensation_failures")
+            ),
+        )
+    except ValueError as exc:
+        if isinstance(exc, RecordError):
+            raise
+        raise RecordError(f"report: {exc}") from None
+
+
+def _ref(data: object) -> StepRef:
+    obj = _object(data, "step reference")
+    return StepRef(_int(obj.get("index"), "step index"), _str(obj.get("name"), "step name"))
+
+
+def _error(data: object) -> ErrorInfo:
+    obj = _object(data, "error")
+    return ErrorInfo(_str(obj.get("type"), "error type"), _str(obj.get("message"), "error message"))
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+def event_to_json(event: SagaEvent) -> dict[str, Any]:
+    """An event as a versioned JSON object: ``{"v": 1, "type": "StepSucceeded", ...fields}``."""
+    data: dict[str, Any] = {"v": SCHEMA_VERSION, "type": type(event).__name__}
+    for field in dataclasses.fields(event):
+        value = getattr(event, field.name)
+        if isinstance(value, AegisContext):
+            value = context_to_json(value)
+        elif isinstance(value, ErrorInfo):
+            value = {"type": value.type, "message": value.message}
+        elif isinstance(value, FailureKind):
+            value = value.value
+        elif isinstance(value, SagaReport):
+            value = value.to_json()
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            value = None  # only SagaStarted.deadline may be infinite: no deadline
+        data[field.name] = value
+    return data
+
+
+def encode_event(event: SagaEvent) -> str:
+    """`event_to_json` as compact JSON text, the form the journal stores."""
+    return dumps(event_to_json(event))
+
+
+def decode_event(text: str) -> SagaEvent:
+    """The event `encode_event` wrote; `RecordError` if any field is missing, extra or mistyped."""
+    return event_from_json(loads(text))
+
+
+def event_from_json(data: Mapping[str, Any]) -> SagaEvent:
+    name = data.get("type")
+    cls = _EVENTS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise RecordError(f"unknown event type {name!r}")
+    fields = dataclasses.fields(cls)
+    expected = {f.name for f in fields} | {"v", "type"}
+    if set(data) != expected:
+        missing, extra = sorted(expected - set(data)), sorted(set(data) - expected)
+        raise RecordError(f"{name}: missing fields {missing}, unexpected fields {extra}")
+    values: list[Any] = [_field(cls.__name__, f.name, str(f.type), data[f.name]) for f in fields]
+    return cls(*values)  # type: ignore[return-value]
+
+
+def _field(event: str, field: str, annotation: str, value: object) -> object:
+    where = f"{event}.{field}"
+    if field == "context":
+        return context_from_json(value)
+    if field == "error":
+        return _error(value)
+    if field == "report":
+        return report_from_json(value)
+    if field == "kind":
+        try:
+            return FailureKind(value)
+        except ValueError:
+            raise RecordError(f"{where}: unknown failure kind {value!r}") from None
+    if field == "steps":
+        return tuple(_str(s, where) for s in _list(value, where))
+    if field == "deadline":
+        return math.inf if value is None else _float(value, where)
+    if annotation == "str":
+        return _str(value, where)
+    if annotation == "int":
+        return _int(value, where)
+    if annotation == "float":
+        return _float(value, where)
+    if annotation == "bool":
+        if not isinstance(value, bool):
+            raise RecordError(f"{where} must be true or false, got {value!r}")
+        return value
+    raise RecordError(f"{where}: no decoder for a field of type {annotation}")  # pragma: no cover
+
+
+# -- checked access --------------------------------------------------------------------------------
+
+
+def _object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RecordError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise RecordError(f"{what} must be a JSON array, got {type(value).__name__}")
+    return value
+
+
+def _str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise RecordError(f"{what} must be a string, got {value!r}")
+    return value
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RecordError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _float(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{what} must be a number, got {value!r}")
+    return float(value)

@@ -1,0 +1,55 @@
+"""Errors of the durable journal, rooted in the package's one error tree::
+
+    AegisError
+     ├── SagaDefinitionError
+     │    └── StepNotRecoverable     execute_saga refused to start: recovery could not rebuild a step
+     └── JournalError                the journal file cannot be used; always names the file
+          ├── JournalUnavailable     cannot be created, opened or written (read-only path, full disk)
+          ├── JournalInUse           another process holds the journal
+          ├── JournalCorrupt         not a journal, damaged, truncated, or a record that does not decode
+          └── JournalTooNew          written by a newer schema than this version reads
+
+A journal error never leads to the file being rewritten or repaired: the file stays as it was, for a
+person (or a newer aegis_nb) to look at.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aegis_nb.kernel.errors import AegisError, SagaDefinitionError
+
+
+class StepNotRecoverable(SagaDefinitionError):
+    """A step's identity or arguments could not be written so that recovery can rebuild it."""
+
+
+class JournalError(AegisError):
+    """The journal at `path` cannot be used as asked; `record` names the offending record, if any."""
+
+    def __init__(self, path: Path | str, problem: str, *, record: str | None = None) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        self.record = record
+        where = f"journal {str(self.path)!r}" + (f", record {record}" if record else "")
+        super().__init__(f"{where}: {problem}")
+
+    def again(self) -> JournalError:
+        """A fresh copy, for raising the same failure in several tasks (tracebacks stay separate)."""
+        return type(self)(self.path, self.problem, record=self.record)
+
+
+class JournalUnavailable(JournalError):
+    """The journal cannot be created, opened or written (missing directory, read-only, disk full)."""
+
+
+class JournalInUse(JournalError):
+    """Another process has the journal open: recovering under it would undo its live runs."""
+
+
+class JournalCorrupt(JournalError):
+    """The file is not an aegis_nb journal, is damaged or truncated, or a record does not decode."""
+
+
+class JournalTooNew(JournalError):
+    """The journal (or one record) was written by a newer schema than this version can read."""

@@ -1,0 +1,261 @@
+"""Recovery: finish every run a crash left unfinished, by compensating what it did, newest first.
+
+What recovery does with a run follows from the journal alone (`plan_recovery`, a pure function):
+every step that succeeded is owed a compensation, with the context snapshot its execute returned;
+so is the step that was in flight or had failed, when it opted in as in-doubt (with its input
+context); compensations the journal shows as finished are skipped, and ones the live run already
+gave up on stay given up. A step in flight without an outcome gets a `StepFailed` (kind
+``interrupted``) first, so the history says what happened. Then the shared `roll_back` runs, with the
+engine's retry policy and budget, emitting the same events as a live rollback; the run ends
+`SagaCompensated`, or `SagaStuck` when a compensation still fails. Stuck stays stuck.
+
+Compensations may run twice across crashes (at-least-once): each gets the same idempotency key as
+in the live run (``run_id/position``), which is what makes that safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+
+from aegis_nb.kernel.clock import loop_clock
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import SagaCompensationFailed, SagaDefinitionError, SagaFailed, SagaRolledBack
+from aegis_nb.kernel.records import record
+from aegis_nb.kernel.report import (
+    CompensationFailure,
+    ErrorInfo,
+    FailureKind,
+    SagaReport,
+    SagaStatus,
+    StepRef,
+)
+from aegis_nb.saga.definition import StepSpec, normalize_saga
+from aegis_nb.saga.durable.errors import JournalError
+from aegis_nb.saga.durable.locator import StepResolver
+from aegis_nb.saga.durable.runs import JournaledRun, StepRecord
+from aegis_nb.saga.events import (
+    CompensationFailed,
+    CompensationSucceeded,
+    SagaCompensated,
+    SagaStarted,
+    SagaStuck,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+)
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.recorder import Journal, RunRecorder, SinkSet
+from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.saga.rollback import OwedCompensation, roll_back
+
+CRASH = ErrorInfo("ProcessCrashed", "the process running the saga stopped before the run finished")
+"""The cause recorded for a run that crashed before anything failed."""
+
+
+class RecoverableJournal(Journal, Protocol):
+    """A journal recovery can read back: unfinished runs, and how to rebuild their steps."""
+
+    path: Path
+    resolver: StepResolver
+
+    async def unfinished(self) -> tuple[JournaledRun, ...]: ...
+
+    def is_live(self, run_id: str) -> bool: ...
+
+    async def mark_recovering(self, run_id: str) -> None: ...
+
+
+class RecoveryIncomplete(JournalError):
+    """Some unfinished runs could not be recovered (a step could not be rebuilt); they stay unfinished.
+
+    Every other run was recovered first. `problems` maps each run id left alone to the reason.
+    """
+
+    def __init__(self, path: Path | str, problems: dict[str, str], runs: tuple[SagaRun, ...] = ()) -> None:
+        self.problems = dict(problems)
+        self.runs = runs
+        listed = "; ".join(f"run {run_id}: {why}" for run_id, why in sorted(problems.items()))
+        super().__init__(path, f"{len(problems)} run(s) left unfinished: {listed}")
+
+    def again(self) -> RecoveryIncomplete:
+        return RecoveryIncomplete(self.path, self.problems, self.runs)
+
+
+@record
+class RecoveryPlan:
+    """What recovery will do with one run, decided from its events and step records alone."""
+
+    run_id: str
+    saga: str
+    steps: tuple[str, ...]
+    succeeded: tuple[StepRef, ...]
+    interrupted: StepRef | None
+    failed: StepRef | None
+    kind: FailureKind
+    cause: ErrorInfo
+    compensated: tuple[StepRef, ...]
+    given_up: tuple[CompensationFailure, ...]
+    owed: tuple[tuple[StepRecord, AegisContext], ...]
+
+
+def plan_recovery(run: JournaledRun) -> RecoveryPlan:
+    """Which compensations a crashed run still owes, newest first, and with which contexts."""
+    run_id = run.run_id
+    initial: AegisContext | None = None
+    snapshots: dict[int, AegisContext] = {}
+    started: set[int] = set()
+    failed: StepRef | None = None
+    kind, cause = FailureKind.INTERRUPTED, CRASH
+    compensated: list[StepRef] = []
+    given_up: dict[int, CompensationFailure] = {}
+    for event in run.events:
+        match event:
+            case SagaStarted():
+                initial = event.context
+            case StepStarted():
+                started.add(event.index)
+            case StepSucceeded():
+                snapshots[event.index] = event.context
+            case StepFailed() | StepTimedOut():
+                failed = StepRef(event.index, event.step)
+                if isinstance(event, StepFailed):
+                    kind, cause = event.kind, event.error
+                else:
+                    kind, cause = FailureKind.TIMEOUT, event.error
+            case CompensationSucceeded():
+                compensated.append(StepRef(event.index, event.step))
+            case CompensationFailed(will_retry=False):
+                given_up[event.index] = CompensationFailure(
+                    StepRef(event.index, event.step), event.attempt, event.error
+                )
+    in_flight = sorted(started - set(snapshots) - ({failed.index} if failed else set()))
+    interrupted = None
+    if in_flight and failed is None:
+        index = in_flight[-1]
+        interrupted = StepRef(index, run.steps[index].name)
+    done = {ref.index for ref in compensated} | set(given_up)
+    owed: list[tuple[StepRecord, AegisContext]] = []
+    doubtful = failed or interrupted
+    if doubtful is not None and run.steps[doubtful.index].in_doubt and doubtful.index not in done:
+        before = snapshots.get(doubtful.index - 1, initial)
+        if before is not None:
+            owed.append((run.steps[doubtful.index], before._for_step(run_id, doubtful.index)))
+    for index in sorted(snapshots, reverse=True):
+        if index not in done:
+            owed.append((run.steps[index], snapshots[index]))
+    return RecoveryPlan(
+        run_id=run_id,
+        saga=run.saga,
+        steps=tuple(s.name for s in run.steps),
+        succeeded=tuple(StepRef(i, run.steps[i].name) for i in sorted(snapshots)),
+        interrupted=interrupted,
+        failed=failed or interrupted,
+        kind=kind,
+        cause=cause,
+        compensated=tuple(compensated),
+        given_up=tuple(given_up.values()),
+        owed=tuple(owed),
+    )
+
+
+async def recover_unfinished(
+    journal: RecoverableJournal,
+    *,
+    default_retry: RetryPolicy,
+    budget: float,
+    sink_sets: tuple[SinkSet, ...] = (),
+) -> tuple[SagaRun, ...]:
+    """Recover every unfinished run of `journal` that is not live here; return them, oldest first.
+
+    Runs whose steps cannot be rebuilt are left unfinished and reported, after all the others are
+    done, by raising `RecoveryIncomplete`.
+    """
+    runs = [run for run in await journal.unfinished() if not journal.is_live(run.run_id)]
+    results: list[SagaRun | None] = [None] * len(runs)
+    problems: dict[str, str] = {}
+
+    async def recover_one(position: int, run: JournaledRun) -> None:
+        plan = plan_recovery(run)
+        try:
+            specs = _rebuild(journal.resolver, plan)
+        except LookupError as exc:
+            problems[run.run_id] = str(exc)
+            return
+        results[position] = await _finish(journal, run, plan, specs, default_retry, budget, sink_sets)
+
+    async with anyio.create_task_group() as group:
+        for position, run in enumerate(runs):
+            group.start_soon(recover_one, position, run)
+    recovered = tuple(run for run in results if run is not None)
+    if problems:
+        raise RecoveryIncomplete(journal.path, problems, recovered)
+    return recovered
+
+
+def _rebuild(resolver: StepResolver, plan: RecoveryPlan) -> tuple[StepSpec, ...]:
+    specs = []
+    for step_record, _ in plan.owed:
+        where = f"step {step_record.name!r} ({step_record.locator})"
+        try:
+            step = resolver.rebuild(step_record.locator)
+            (spec,) = normalize_saga([(step, step_record.args, dict(step_record.kwargs))])
+        except (LookupError, SagaDefinitionError) as exc:
+            raise LookupError(f"{where}: {exc}") from exc
+        specs.append(
+            StepSpec(
+                step_record.index,
+                step_record.name,
+                spec.step,
+                spec.args,
+                spec.kwargs,
+                spec.timeout,
+                spec.retry,
+                spec.in_doubt,
+            )
+        )
+    return tuple(specs)
+
+
+async def _finish(
+    journal: RecoverableJournal,
+    run: JournaledRun,
+    plan: RecoveryPlan,
+    specs: tuple[StepSpec, ...],
+    default_retry: RetryPolicy,
+    budget: float,
+    sink_sets: Iterable[SinkSet],
+) -> SagaRun:
+    clock = loop_clock()
+    started = clock()
+    await journal.mark_recovering(run.run_id)
+    recorder = RunRecorder(run.run_id, clock, journal, tuple(sink_sets))
+    recorder.events.extend(run.events)
+    with anyio.CancelScope(shield=True):
+        if plan.interrupted is not None:
+            ref = plan.interrupted
+            await recorder.emit(StepFailed, ref.index, ref.name, 0.0, FailureKind.INTERRUPTED, CRASH)
+        owed = [OwedCompensation(spec, ctx) for spec, (_, ctx) in zip(specs, plan.owed, strict=True)]
+        result = await roll_back(recorder, owed, default_retry=default_retry, budget=budget)
+        failures = (*plan.given_up, *result.failures)
+        report = SagaReport(
+            run_id=run.run_id,
+            saga=plan.saga,
+            status=SagaStatus.STUCK if failures else SagaStatus.ROLLED_BACK,
+            steps=plan.steps,
+            succeeded=plan.succeeded,
+            failed_step=plan.failed,
+            failure_kind=plan.kind,
+            cause=plan.cause,
+            compensated=(*plan.compensated, *result.compensated),
+            compensation_failures=failures,
+        )
+        final = SagaStuck if failures else SagaCompensated
+        await recorder.emit(final, plan.saga, clock() - started, report)
+    error_type = SagaCompensationFailed if failures else SagaRolledBack
+    error: SagaFailed = error_type(report)
+    return SagaRun(tuple(recorder.events), None, error, report)

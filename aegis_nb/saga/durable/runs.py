@@ -1,0 +1,125 @@
+"""What a journal holds about one run, decoded: its steps (for recovery) and its events (for replay)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from aegis_nb.kernel.records import record
+from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.saga.definition import StepSpec
+from aegis_nb.saga.durable.codec import SCHEMA_VERSION, RecordError, decode_event, dumps, loads
+from aegis_nb.saga.durable.errors import JournalCorrupt, JournalTooNew
+from aegis_nb.saga.durable.locator import StepLocator
+from aegis_nb.saga.durable.store import RunInfo, StoredRun, reading
+from aegis_nb.saga.events import SagaEvent
+
+
+@record
+class StepRecord:
+    """What recovery needs to rebuild one step of a run: where to find it and its JSON arguments."""
+
+    index: int
+    name: str
+    locator: StepLocator
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    in_doubt: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "locator": self.locator.to_json(),
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "in_doubt": self.in_doubt,
+        }
+
+
+@record
+class JournaledRun:
+    """One run as the journal holds it: saga name, last status, step records and events, in order."""
+
+    run_id: str
+    saga: str
+    status: SagaStatus
+    steps: tuple[StepRecord, ...]
+    events: tuple[SagaEvent, ...]
+
+
+def encode_steps(specs: tuple[StepSpec, ...], locators: tuple[StepLocator, ...]) -> str:
+    """The run row's step column: versioned JSON of every step's locator and arguments."""
+    steps = [
+        StepRecord(s.index, s.name, loc, s.args, s.kwargs, s.in_doubt).to_json()
+        for s, loc in zip(specs, locators, strict=True)
+    ]
+    return dumps({"v": SCHEMA_VERSION, "steps": steps})
+
+
+def decode_run(path: Path, stored: StoredRun) -> JournaledRun:
+    """Decode a stored run, checking each record; errors name the file, the run and the record."""
+    steps = _decode_steps(path, stored.run_id, stored.steps)
+    events = []
+    for expected, (seq, body) in enumerate(stored.events):
+        where = f"run {stored.run_id} event {seq}"
+        try:
+            event = decode_event(body)
+        except RecordError as exc:
+            error = JournalTooNew if exc.too_new else JournalCorrupt
+            raise error(path, str(exc), record=where) from None
+        if seq != expected or event.seq != seq or event.run_id != stored.run_id:
+            raise JournalCorrupt(
+                path,
+                f"out of sequence: expected run {stored.run_id} event {expected}, "
+                f"found run {event.run_id} event {event.seq}",
+                record=where,
+            )
+        events.append(event)
+    return JournaledRun(stored.run_id, stored.saga, stored.status, steps, tuple(events))
+
+
+def _decode_steps(path: Path, run_id: str, text: str) -> tuple[StepRecord, ...]:
+    where = f"run {run_id} steps"
+    try:
+        data = loads(text)
+        raw = data.get("steps")
+        if not isinstance(raw, list):
+            raise RecordError("no list of steps")
+        return tuple(_step(i, item) for i, item in enumerate(raw))
+    except RecordError as exc:
+        error = JournalTooNew if exc.too_new else JournalCorrupt
+        raise error(path, str(exc), record=where) from None
+
+
+def _step(index: int, item: object) -> StepRecord:
+    if not isinstance(item, dict):
+        raise RecordError(f"step {index} is not a JSON object")
+    name, args, kwargs, in_doubt = (item.get(k) for k in ("name", "args", "kwargs", "in_doubt"))
+    if not (
+        isinstance(name, str)
+        and isinstance(args, list)
+        and isinstance(kwargs, dict)
+        and isinstance(in_doubt, bool)
+    ):
+        raise RecordError(f"step {index} is malformed: {item!r}")
+    locator = StepLocator.from_json(item.get("locator"))
+    return StepRecord(index, name, locator, tuple(args), MappingProxyType(kwargs), in_doubt)
+
+
+def read_runs(path: Path | str) -> tuple[RunInfo, ...]:
+    """Every run in the journal at `path` with its status, oldest first (read-only; safe while live)."""
+    with reading(path) as file:
+        return file.runs()
+
+
+def read_run(path: Path | str, run_id: str) -> JournaledRun:
+    """One run, decoded; `KeyError` if the journal has no such run."""
+    with reading(path) as file:
+        return decode_run(file.path, file.run(run_id))
+
+
+def read_events(path: Path | str, run_id: str) -> tuple[SagaEvent, ...]:
+    """A run's events in order, recovery events included: what a live view replays."""
+    return read_run(path, run_id).events

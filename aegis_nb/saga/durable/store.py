@@ -1,0 +1,398 @@
+"""The journal file: one SQLite database in WAL mode, opened, checked, written and read synchronously.
+
+The async `SqliteJournal` calls this from a worker thread; `aegis-nb runs` calls it directly. Each
+write is one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``) and, with ``synchronous=FULL``, one sync
+of the write-ahead log. The file is created with mode 0600 (SQLite gives its ``-wal`` and ``-shm``
+files the same mode). A writer holds an exclusive lock on ``<file>.lock`` for as long as it is open,
+so a second process cannot recover runs that are still live in the first.
+
+Opening checks before writing anything: a file that is not an aegis_nb journal, is damaged or
+truncated, or was written by a newer schema raises a `JournalError` and is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aegis_nb.kernel.records import record
+from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.saga.durable.codec import SCHEMA_VERSION
+from aegis_nb.saga.durable.errors import (
+    JournalCorrupt,
+    JournalError,
+    JournalInUse,
+    JournalTooNew,
+    JournalUnavailable,
+)
+
+APPLICATION_ID = 0x41654A6C
+"""SQLite's application id for aegis_nb journals ("AeJl"): tells our files from other databases."""
+
+_SCHEMA = f"""
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    saga TEXT NOT NULL,
+    status TEXT NOT NULL,
+    steps TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    recoveries INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX runs_by_status ON runs (status, created);
+CREATE TABLE events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+PRAGMA application_id = {APPLICATION_ID};
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+UNFINISHED: tuple[str, ...] = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
+
+
+# -- rows written in one batch ----------------------------------------------------------------------
+
+
+@record
+class NewRun:
+    """A run's row: its saga name and the JSON of what recovery needs to rebuild its steps."""
+
+    run_id: str
+    saga: str
+    steps: str
+
+
+@record
+class EventRow:
+    """One encoded event; `status` is the run's new status when this event changes it."""
+
+    run_id: str
+    seq: int
+    body: str
+    status: SagaStatus | None
+
+
+@record
+class RecoveryMark:
+    """Count one more recovery of the run (shown by ``aegis-nb runs``)."""
+
+    run_id: str
+
+
+Row = NewRun | EventRow | RecoveryMark
+
+
+# -- what reading gives back ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run as listed by ``aegis-nb runs``: status from the journal, times in wall-clock seconds."""
+
+    run_id: str
+    saga: str
+    status: SagaStatus
+    events: int
+    created: float
+    updated: float
+    recoveries: int
+
+
+@record
+class StoredRun:
+    """A run's row and its encoded events, in order, as read from the file."""
+
+    run_id: str
+    saga: str
+    status: SagaStatus
+    steps: str
+    events: tuple[tuple[int, str], ...]
+
+
+class JournalFile:
+    """An open journal file. Thread-safe: one lock serializes every use of the connection."""
+
+    def __init__(self, path: Path, db: sqlite3.Connection, lock_fd: int | None) -> None:
+        self.path = path
+        self._db = db
+        self._lock_fd = lock_fd
+        self._lock = threading.Lock()
+        self.commits = 0
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open_writer(cls, path: Path) -> JournalFile:
+        """Open (creating if missing, mode 0600) for writing, holding the writer lock."""
+        created = _create_file(path)
+        lock_fd = _lock(path)
+        try:
+            db = _connect(path, f"file:{_quote(path)}?mode=rw")
+            try:
+                if not created:
+                    _check_header(path, db)
+                    _check_integrity(path, db)
+                _pragma(path, db, "PRAGMA journal_mode=WAL", expect="wal")
+                _pragma(path, db, "PRAGMA synchronous=FULL")
+                if created or _user_version(path, db) == 0:
+                    _run(path, db, lambda: db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;"))
+            except BaseException:
+                db.close()
+                raise
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return cls(path, db, lock_fd)
+
+    @classmethod
+    def open_reader(cls, path: Path) -> JournalFile:
+        """Open an existing journal read-only (no lock: a live writer may keep writing)."""
+        if not path.is_file():
+            raise JournalUnavailable(path, "no such journal file")
+        db = _connect(path, f"file:{_quote(path)}?mode=ro")
+        try:
+            _check_header(path, db)
+        except BaseException:
+            db.close()
+            raise
+        return cls(path, db, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def write(self, rows: Sequence[Row]) -> None:
+        """Write `rows` in one transaction and one sync; on failure nothing of them is written."""
+        runs = [(r.run_id, r.saga, SagaStatus.RUNNING.value, r.steps) for r in rows if isinstance(r, NewRun)]
+        events = [(r.run_id, r.seq, r.body) for r in rows if isinstance(r, EventRow)]
+        statuses = [(r.status.value, r.run_id) for r in rows if isinstance(r, EventRow) and r.status]
+        marks = [(r.run_id,) for r in rows if isinstance(r, RecoveryMark)]
+        now = time.time()
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    if runs:
+                        db.executemany(
+                            "INSERT INTO runs (run_id, saga, status, steps, created, updated)"
+                            f" VALUES (?, ?, ?, ?, {now!r}, {now!r})",
+                            runs,
+                        )
+                    if marks:
+                        db.executemany("UPDATE runs SET recoveries = recoveries + 1 WHERE run_id = ?", marks)
+                    db.executemany("INSERT INTO events (run_id, seq, body) VALUES (?, ?, ?)", events)
+                    if statuses:
+                        db.executemany(
+                            f"UPDATE runs SET status = ?, updated = {now!r} WHERE run_id = ?", statuses
+                        )
+                    db.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise _error(self.path, exc, "could not write") from exc
+            self.commits += 1
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def runs(self) -> tuple[RunInfo, ...]:
+        """Every run, oldest first."""
+        rows = self._query(
+            "SELECT r.run_id, r.saga, r.status, r.created, r.updated, r.recoveries,"
+            " (SELECT count(*) FROM events e WHERE e.run_id = r.run_id)"
+            " FROM runs r ORDER BY r.created, r.run_id"
+        )
+        return tuple(
+            RunInfo(
+                run_id=str(run_id),
+                saga=str(saga),
+                status=_status(self.path, run_id, status),
+                events=int(count),
+                created=float(created),
+                updated=float(updated),
+                recoveries=int(recoveries),
+            )
+            for run_id, saga, status, created, updated, recoveries, count in rows
+        )
+
+    def unfinished(self) -> tuple[str, ...]:
+        """Ids of runs whose last recorded status is not final, oldest first."""
+        marks = ", ".join("?" * len(UNFINISHED))
+        rows = self._query(
+            f"SELECT run_id FROM runs WHERE status IN ({marks}) ORDER BY created, run_id", UNFINISHED
+        )
+        return tuple(str(run_id) for (run_id,) in rows)
+
+    def run(self, run_id: str) -> StoredRun:
+        """One run's row and events; `KeyError` if the journal has no such run."""
+        found = self._query("SELECT saga, status, steps FROM runs WHERE run_id = ?", (run_id,))
+        if not found:
+            raise KeyError(run_id)
+        saga, status, steps = found[0]
+        events = self._query("SELECT seq, body FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        return StoredRun(
+            run_id,
+            str(saga),
+            _status(self.path, run_id, status),
+            str(steps),
+            tuple((int(seq), str(body)) for seq, body in events),
+        )
+
+    def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise _error(self.path, exc, "could not read") from exc
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _create_file(path: Path) -> bool:
+    """Create the journal with mode 0600 if it does not exist; True if it was created."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise JournalUnavailable(path, "exists and is not a regular file") from None
+        return False
+    except OSError as exc:
+        raise JournalUnavailable(path, f"cannot create the file ({exc.strerror})") from exc
+    os.close(fd)
+    return True
+
+
+def _lock(path: Path) -> int:
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise JournalUnavailable(path, f"cannot create its lock file {lock_path} ({exc.strerror})") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise JournalInUse(path, f"another process holds {lock_path}") from None
+        raise JournalUnavailable(path, f"cannot lock {lock_path} ({exc.strerror})") from exc
+    return fd
+
+
+def _quote(path: Path) -> str:
+    return str(path.resolve()).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+
+
+def _connect(path: Path, uri: str) -> sqlite3.Connection:
+    try:
+        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise _error(path, exc, "cannot open") from exc
+
+
+def _run(path: Path, db: sqlite3.Connection, action: object) -> None:
+    try:
+        action()  # type: ignore[operator]
+    except sqlite3.Error as exc:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+        raise _error(path, exc, "cannot set up") from exc
+
+
+def _pragma(path: Path, db: sqlite3.Connection, sql: str, *, expect: str | None = None) -> None:
+    try:
+        row = db.execute(sql).fetchone()
+    except sqlite3.Error as exc:
+        raise _error(path, exc, "cannot open") from exc
+    if expect is not None and (row is None or str(row[0]).lower() != expect):
+        raise JournalUnavailable(path, f"{sql} gave {row!r}, expected {expect!r}")
+
+
+def _user_version(path: Path, db: sqlite3.Connection) -> int:
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise _error(path, exc, "cannot read the header of") from exc
+
+
+def _check_header(path: Path, db: sqlite3.Connection) -> None:
+    """Refuse files that are not our journals, or that a newer schema wrote."""
+    try:
+        application_id = int(db.execute("PRAGMA application_id").fetchone()[0])
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    except sqlite3.Error as exc:
+        raise _error(path, exc, "cannot read the header of") from exc
+    if application_id == 0 and version == 0 and tables == 0:
+        return  # an empty database (a writer created the file, then died before the schema)
+    if application_id != APPLICATION_ID:
+        raise JournalCorrupt(path, f"not an aegis_nb journal (SQLite application id {application_id:#x})")
+    if version > SCHEMA_VERSION:
+        raise JournalTooNew(
+            path, f"written by journal schema {version}; this aegis_nb reads up to schema {SCHEMA_VERSION}"
+        )
+    if version < 1:
+        raise JournalCorrupt(path, f"unknown journal schema {version}")
+
+
+def _check_integrity(path: Path, db: sqlite3.Connection) -> None:
+    try:
+        problems = [str(row[0]) for row in db.execute("PRAGMA quick_check(5)")]
+    except sqlite3.Error as exc:
+        raise _error(path, exc, "cannot check") from exc
+    if problems != ["ok"]:
+        raise JournalCorrupt(path, "damaged: " + "; ".join(problems))
+
+
+def _status(path: Path, run_id: object, value: object) -> SagaStatus:
+    try:
+        return SagaStatus(value)
+    except ValueError:
+        raise JournalCorrupt(path, f"unknown status {value!r}", record=f"run {run_id}") from None
+
+
+def _error(path: Path, exc: sqlite3.Error, doing: str) -> JournalError:
+    """Map a SQLite error to ours: damage is `JournalCorrupt`, everything else `JournalUnavailable`."""
+    code = getattr(exc, "sqlite_errorcode", -1) & 0xFF  # the primary code of an extended one
+    text = str(exc)
+    if (
+        code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+        or "malformed" in text
+        or ("not a database" in text)
+    ):
+        return JournalCorrupt(path, f"damaged or not a journal ({text})")
+    if code == sqlite3.SQLITE_FULL:
+        return JournalUnavailable(path, f"{doing} the journal: the disk is full ({text})")
+    if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
+        return JournalUnavailable(path, f"{doing} the journal: not writable here ({text})")
+    return JournalUnavailable(path, f"{doing} the journal ({text})")
+
+
+@contextlib.contextmanager
+def reading(path: Path | str) -> Iterator[JournalFile]:
+    """``with reading(path) as file:`` a read-only view, closed afterwards."""
+    file = JournalFile.open_reader(Path(path))
+    try:
+        yield file
+    finally:
+        file.close()

@@ -1,0 +1,220 @@
+"""The journal codec: every event and context survives JSON exactly, except secrets, which never do."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aegis_nb import AegisContext, Secret
+from aegis_nb.kernel.report import (
+    CompensationFailure,
+    ErrorInfo,
+    FailureKind,
+    SagaReport,
+    SagaStatus,
+    StepRef,
+)
+from aegis_nb.kernel.values import FrozenDict
+from aegis_nb.saga.durable.codec import (
+    SCHEMA_VERSION,
+    RecordError,
+    context_from_json,
+    context_to_json,
+    decode_event,
+    encode_event,
+    json_problem,
+)
+from aegis_nb.saga.events import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
+    SagaCommitted,
+    SagaCompensated,
+    SagaEvent,
+    SagaStarted,
+    SagaStuck,
+    StepFailed,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+)
+
+names = st.text(min_size=1, max_size=8)
+json_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | names
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3),
+    max_leaves=8,
+)
+metadata_values = st.recursive(
+    json_scalars | names.map(lambda s: Secret(f"S3CR3T-{s}")),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3),
+    max_leaves=8,
+)
+deadlines = st.just(math.inf) | st.floats(0, 1e6)
+
+
+@st.composite
+def contexts(draw: st.DrawFn, values: st.SearchStrategy[object] = metadata_values) -> AegisContext:
+    ctx = AegisContext(draw(st.dictionaries(names, values, max_size=4)), deadline=draw(deadlines))
+    if draw(st.booleans()):
+        ctx = ctx._for_step(draw(names), draw(st.integers(0, 50)))
+    return ctx
+
+
+def redacted(value: object) -> object:
+    """What a value becomes after a trip through the journal: every secret is Secret("***")."""
+    if isinstance(value, Secret):
+        return Secret("***")
+    if isinstance(value, FrozenDict):
+        return FrozenDict({k: redacted(v) for k, v in value.items()})
+    if isinstance(value, tuple):
+        return tuple(redacted(v) for v in value)
+    return value
+
+
+@given(contexts(json_values))
+def test_a_context_without_secrets_round_trips_exactly(ctx: AegisContext) -> None:
+    assert context_from_json(json.loads(json.dumps(context_to_json(ctx)))) == ctx
+
+
+@given(contexts())
+def test_secrets_come_back_redacted_and_their_values_are_never_written(ctx: AegisContext) -> None:
+    text = json.dumps(context_to_json(ctx))
+    back = context_from_json(json.loads(text))
+    assert back.metadata == redacted(ctx.metadata)
+    assert (back.deadline, back.run_id, back.step_index) == (ctx.deadline, ctx.run_id, ctx.step_index)
+    assert "S3CR3T" not in text
+
+
+REPORT = SagaReport(
+    run_id="r1",
+    saga="trip",
+    status=SagaStatus.STUCK,
+    steps=("A", "B"),
+    succeeded=(StepRef(0, "A"),),
+    failed_step=StepRef(1, "B"),
+    failure_kind=FailureKind.TIMEOUT,
+    cause=ErrorInfo("ToolTimeoutError", "too slow"),
+    compensated=(),
+    compensation_failures=(CompensationFailure(StepRef(0, "A"), 3, ErrorInfo("OSError", "down")),),
+)
+
+
+def every_event(ctx: AegisContext) -> list[SagaEvent]:
+    error = ErrorInfo("ValueError", "Card Declined!")
+    return [
+        SagaStarted("r1", 0, 1.5, "trip", ("A", "B"), math.inf, ctx),
+        SagaStarted("r1", 0, 1.5, "trip", ("A", "B"), 12.25, ctx),
+        StepStarted("r1", 1, 2.0, 0, "A"),
+        StepSucceeded("r1", 2, 2.5, 0, "A", 0.5, ctx),
+        StepFailed("r1", 3, 3.0, 1, "B", 0.25, FailureKind.CANCELLED, error),
+        StepTimedOut("r1", 3, 3.0, 1, "B", 0.25, 0.2, error),
+        CompensationStarted("r1", 4, 3.5, 0, "A", 1),
+        CompensationFailed("r1", 5, 3.75, 0, "A", 1, 0.1, error, True),
+        CompensationSucceeded("r1", 6, 4.0, 0, "A", 2, 0.125),
+        SagaCommitted("r1", 7, 5.0, "trip", 3.5, ctx),
+        SagaCompensated("r1", 7, 5.0, "trip", 3.5, REPORT),
+        SagaStuck("r1", 7, 5.0, "trip", 3.5, REPORT),
+    ]
+
+
+@given(contexts(json_values))
+def test_every_event_type_round_trips(ctx: AegisContext) -> None:
+    for event in every_event(ctx):
+        assert decode_event(encode_event(event)) == event
+
+
+def test_the_stored_form_is_versioned_json_with_no_secret() -> None:
+    ctx = AegisContext({"card": Secret("4242-4242"), "trip": ["LIS", 3]})._for_step("r1", 0)
+    assert json.loads(encode_event(StepSucceeded("r1", 2, 2.5, 0, "A", 0.5, ctx))) == {
+        "v": SCHEMA_VERSION,
+        "type": "StepSucceeded",
+        "run_id": "r1",
+        "seq": 2,
+        "time": 2.5,
+        "index": 0,
+        "step": "A",
+        "duration": 0.5,
+        "context": {
+            "metadata": {"card": "***", "trip": ["LIS", 3]},
+            "secrets": [["card"]],
+            "deadline": None,
+            "run_id": "r1",
+            "step": 0,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("record", "problem"),
+    [
+        ("{", "not valid JSON"),
+        ("[1]", "expected a JSON object, got list"),
+        ('{"type": "StepStarted"}', 'no schema version ("v"), got None'),
+        ('{"v": 1, "type": "Nope"}', "unknown event type 'Nope'"),
+        (
+            '{"v": 1, "type": "StepStarted", "run_id": "r", "seq": 0, "time": 0.0, "index": 0}',
+            "StepStarted: missing fields ['step'], unexpected fields []",
+        ),
+        (
+            '{"v": 1, "type": "StepStarted", "run_id": "r", "seq": "0", "time": 0, "index": 0, "step": "A"}',
+            "StepStarted.seq must be an integer, got '0'",
+        ),
+        (
+            '{"v": 1, "type": "CompensationFailed", "run_id": "r", "seq": 0, "time": 0, "index": 0,'
+            ' "step": "A", "attempt": 1, "duration": 0, "error": {"type": "E", "message": ""},'
+            ' "will_retry": 1}',
+            "CompensationFailed.will_retry must be true or false, got 1",
+        ),
+        ('{"v": 1, "type": "StepStarted", "x": NaN}', "not valid JSON (NaN is not JSON)"),
+    ],
+)
+def test_a_malformed_record_is_refused_with_the_reason(record: str, problem: str) -> None:
+    with pytest.raises(RecordError) as caught:
+        decode_event(record)
+    assert str(caught.value).startswith(problem)
+    assert not caught.value.too_new
+
+
+def test_a_record_from_a_newer_schema_is_refused_as_too_new() -> None:
+    with pytest.raises(
+        RecordError, match=r"written by schema 2; this aegis_nb reads up to schema 1"
+    ) as caught:
+        decode_event('{"v": 2, "type": "StepStarted"}')
+    assert caught.value.too_new
+
+
+def test_a_secret_placeholder_that_is_not_redacted_is_refused() -> None:
+    data = {
+        "metadata": {"card": "4242"},
+        "secrets": [["card"]],
+        "deadline": None,
+        "run_id": None,
+        "step": None,
+    }
+    with pytest.raises(RecordError, match="a secret's place holds '4242'"):
+        context_from_json(data)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ([1, "a", {"b": [None, 2.5]}], None),
+        ([math.nan], "args[0] is nan, which JSON cannot hold"),
+        (
+            {"k": Secret("s")},
+            "args['k'] is a Secret, and secrets are never written; pass it in the context metadata",
+        ),
+        ({1: "a"}, "args has a int key 1; JSON keys are str"),
+        ([object()], "args[0] is a object, which is not JSON data"),
+    ],
+)
+def test_json_problem_names_the_offending_value(value: object, problem: str | None) -> None:
+    assert json_problem(value, "args") == problem
