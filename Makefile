@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Third-party MCP clients (Node 22, MCP Inspector, conformance suite) for tests/test_clients_*.py.
+CLIENTS := tests/clients/node_modules/.installed
 
-.PHONY: demo test lint bench lab install clean
+.PHONY: demo test lint bench lab install clients clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +19,19 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
+# Exact versions are pinned in package.json; no lock file, since npm rewrites it per platform.
+$(CLIENTS): tests/clients/package.json
+	@if command -v npm >/dev/null; then \
+		cd tests/clients && npm install --no-package-lock --no-audit --no-fund --loglevel=error \
+		&& touch node_modules/.installed; \
+	else echo "npm not found: the third-party client tests will skip"; fi
+
+clients: $(CLIENTS)
+
 demo: $(STAMP)
 	$(VENV)/bin/aegis-nb demo
 
-test: $(STAMP)
+test: $(STAMP) $(CLIENTS)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -12,7 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import Process
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import TextContent
@@ -30,45 +28,15 @@ from aegis_nb.saga.events import (
 )
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.session import ToolSession, connect
+from tests.servers.launch import ROOT, http_server
 
 pytestmark = pytest.mark.anyio
 
 SERVERS = Path(__file__).parent / "servers"
-ROOT = Path(__file__).parent.parent
 CARD = "4242424242424242"
 EMPTY = {"flights": [], "hotels": [], "charges": [], "balance_cents": 0}
 
 DOC_REPORT_TEXT = "Card Declined! — rolled back: BookFlightStep"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@asynccontextmanager
-async def http_server(*args: str) -> AsyncIterator[str]:
-    """Start ``aegis-nb <args> --transport http`` and yield its URL once uvicorn says it is listening."""
-    port = free_port()
-    command = [sys.executable, "-m", "aegis_nb.cli", *args, "--transport", "http", "--port", str(port)]
-    process: Process = await anyio.open_process(command, cwd=ROOT, stdout=None)
-    try:
-        assert process.stderr is not None
-        seen = b""
-        with anyio.fail_after(30):
-            async for chunk in process.stderr:
-                seen += chunk
-                if b"Uvicorn running on" in seen:
-                    break
-        assert b"Uvicorn running on" in seen, seen.decode(errors="replace")
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        with anyio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
 
 
 def stdio(*args: str) -> StdioServerParameters:
@@ -76,24 +44,34 @@ def stdio(*args: str) -> StdioServerParameters:
 
 
 def doc_report(structured: dict[str, Any]) -> dict[str, Any]:
+    """The structured content with the run id and the measured durations replaced."""
     assert structured["duration_ms"] >= 0
-    return {**structured, "run_id": "RUN", "duration_ms": 0}
+    steps = [{**step, "duration_ms": 0} for step in structured["steps"]]
+    report = {**structured["report"], "run_id": "RUN"}
+    return {**structured, "run_id": "RUN", "duration_ms": 0, "steps": steps, "report": report}
 
 
 EXPECTED_DOC_REPORT = {
-    "run_id": "RUN",
-    "saga": "book_vacation",
     "status": "rolled_back",
-    "steps": ["BookFlightStep", "ChargeCardStep"],
-    "succeeded": [{"index": 0, "name": "BookFlightStep"}],
-    "failed_step": {"index": 1, "name": "ChargeCardStep"},
-    "failure_kind": "error",
-    "cause": {"type": "ValueError", "message": "Card Declined!"},
-    "compensated": [{"index": 0, "name": "BookFlightStep"}],
-    "compensation_failures": [],
+    "workflow": "book_vacation",
+    "run_id": "RUN",
     "summary": DOC_REPORT_TEXT,
-    "left_standing": [],
+    "metadata": {},
+    "steps": [{"index": 0, "name": "BookFlightStep", "duration_ms": 0}],
     "duration_ms": 0,
+    "report": {
+        "run_id": "RUN",
+        "saga": "book_vacation",
+        "status": "rolled_back",
+        "steps": ["BookFlightStep", "ChargeCardStep"],
+        "succeeded": [{"index": 0, "name": "BookFlightStep"}],
+        "failed_step": {"index": 1, "name": "ChargeCardStep"},
+        "failure_kind": "error",
+        "cause": {"type": "ValueError", "message": "Card Declined!"},
+        "compensated": [{"index": 0, "name": "BookFlightStep"}],
+        "compensation_failures": [],
+        "left_standing": [],
+    },
 }
 
 

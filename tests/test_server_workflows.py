@@ -97,10 +97,17 @@ async def test_a_workflow_is_a_tool_with_an_input_and_output_schema() -> None:
         "status",
         "workflow",
         "run_id",
+        "summary",
         "metadata",
         "steps",
         "duration_ms",
+        "report",
     ]
+    assert tool.output_schema["properties"]["status"] == {
+        "enum": ["committed", "rolled_back", "stuck"],
+        "title": "Status",
+        "type": "string",
+    }
 
 
 async def test_a_committed_workflow_returns_structured_content_without_secrets() -> None:
@@ -113,6 +120,8 @@ async def test_a_committed_workflow_returns_structured_content_without_secrets()
         "status": "committed",
         "workflow": "book_vacation",
         "run_id": content["run_id"],
+        "summary": "committed: BookFlight, ReserveHotel",
+        "report": None,
         "metadata": {
             "card": "***",
             "BookFlight_id": "BookFlight-1",
@@ -139,22 +148,33 @@ async def test_a_rolled_back_workflow_is_an_error_with_the_report() -> None:
     assert result.content == [
         TextContent(type="text", text="Card Declined! — rolled back: ReserveHotel, BookFlight")
     ]
-    report = result.structured_content
-    assert report is not None
-    assert without_timings(report) == {
-        "run_id": report["run_id"],
-        "saga": "book_vacation",
+    content = result.structured_content
+    assert content is not None
+    summary = "Card Declined! — rolled back: ReserveHotel, BookFlight"
+    assert without_timings(content) == {
         "status": "rolled_back",
-        "steps": ["BookFlight", "ReserveHotel", "ChargeCard"],
-        "succeeded": [{"index": 0, "name": "BookFlight"}, {"index": 1, "name": "ReserveHotel"}],
-        "failed_step": {"index": 2, "name": "ChargeCard"},
-        "failure_kind": "error",
-        "cause": {"type": "ValueError", "message": "Card Declined!"},
-        "compensated": [{"index": 1, "name": "ReserveHotel"}, {"index": 0, "name": "BookFlight"}],
-        "compensation_failures": [],
-        "summary": "Card Declined! — rolled back: ReserveHotel, BookFlight",
-        "left_standing": [],
+        "workflow": "book_vacation",
+        "run_id": content["run_id"],
+        "summary": summary,
+        "metadata": {},
+        "steps": [
+            {"index": 0, "name": "BookFlight", "duration_ms": 0},
+            {"index": 1, "name": "ReserveHotel", "duration_ms": 0},
+        ],
         "duration_ms": 0,
+        "report": {
+            "run_id": content["run_id"],
+            "saga": "book_vacation",
+            "status": "rolled_back",
+            "steps": ["BookFlight", "ReserveHotel", "ChargeCard"],
+            "succeeded": [{"index": 0, "name": "BookFlight"}, {"index": 1, "name": "ReserveHotel"}],
+            "failed_step": {"index": 2, "name": "ChargeCard"},
+            "failure_kind": "error",
+            "cause": {"type": "ValueError", "message": "Card Declined!"},
+            "compensated": [{"index": 1, "name": "ReserveHotel"}, {"index": 0, "name": "BookFlight"}],
+            "compensation_failures": [],
+            "left_standing": [],
+        },
     }
     assert log == [
         "execute BookFlight",
@@ -182,11 +202,13 @@ async def test_a_workflow_that_cannot_be_fully_undone_names_what_was_left_standi
     )
     assert result.is_error is True
     assert result.content == [TextContent(type="text", text=text)]
-    report = result.structured_content
-    assert report is not None
-    assert (report["status"], report["summary"], report["left_standing"]) == (
+    content = result.structured_content
+    assert content is not None
+    report = content["report"]
+    assert (content["status"], content["summary"], report["status"], report["left_standing"]) == (
         "stuck",
         text,
+        "stuck",
         [{"index": 1, "name": "ReserveHotel"}],
     )
     assert report["compensation_failures"] == [
@@ -273,8 +295,8 @@ async def test_the_client_deadline_in_meta_shortens_the_workflow_timeout() -> No
         result = await client.call_tool("slow", {}, meta={TIMEOUT_META_KEY: 200})
     assert result.is_error is True
     assert result.structured_content is not None
-    assert result.structured_content["failure_kind"] == "timeout"
-    assert result.structured_content["failed_step"] == {"index": 1, "name": "Hang"}
+    assert result.structured_content["report"]["failure_kind"] == "timeout"
+    assert result.structured_content["report"]["failed_step"] == {"index": 1, "name": "Hang"}
     assert 0 < seen[0] <= 0.2
 
 
@@ -306,7 +328,7 @@ async def test_the_workflow_timeout_applies_without_a_client_deadline() -> None:
         timed_out = await client.call_tool("own_timeout", {}, meta={TIMEOUT_META_KEY: 60_000})
         assert (await client.call_tool("no_timeout", {})).is_error is False
     assert timed_out.structured_content is not None
-    assert timed_out.structured_content["failure_kind"] == "timeout"
+    assert timed_out.structured_content["report"]["failure_kind"] == "timeout"
     assert 99 < seen[0] <= 100
     assert 0 < seen[1] <= 0.2
     assert seen[2] == float("inf")

@@ -147,3 +147,13 @@ def travel_app(
         return await sessions[-1].call_tool("list_bookings", {})
 
     return app
+
+
+def travel_agent() -> AegisMCP:
+    """The travel agent over its own in-memory agency: ``aegis-nb serve aegis_nb.mock.travel:travel_agent``.
+
+    Card ``4000000000000002`` is always declined, so a client can watch a rollback without a fault plan.
+    """
+    from aegis_nb.mock.agency import TravelAgency
+
+    return travel_app(TravelAgency())

@@ -180,7 +180,7 @@ class AegisMCP(MCPServer[Any]):
         try:
             returned = await spec.fn(ctx, **arguments)
         except SagaFailed as exc:
-            return failed_result(exc.report, anyio.current_time() - started)
+            return failed_result(spec.name, exc.report, observer.events, anyio.current_time() - started)
         except ToolTimeoutError as exc:
             return error_result(f"workflow {spec.name!r}: {exc}")
         except Exception as exc:

@@ -1,8 +1,10 @@
-"""What a workflow call returns over MCP: structured content with an output schema, or an error report.
+"""What a workflow call returns over MCP: one structured shape, with an output schema, for every outcome.
 
-A committed run returns `WorkflowResult` (status, final metadata with secrets shown as ``***``, the
-steps run with their timings). A failed run returns ``is_error=True`` with the report's one-line
-summary as text and the full `SagaReport` as structured content, so an agent can read both.
+A committed run returns `WorkflowResult` with status ``committed``, the final metadata (secrets shown
+as ``***``) and the steps run with their timings. A failed run returns ``is_error=True``: the report's
+one-line summary as text, and the same shape with status ``rolled_back`` or ``stuck`` and the whole
+`SagaReport` under ``report`` (clients such as the MCP Inspector check error results against the
+output schema too, so both outcomes share it).
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from mcp.types import CallToolResult, TextContent
 from typing_extensions import TypedDict
 
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.report import SagaReport
+from aegis_nb.kernel.report import SagaReport, SagaStatus
 from aegis_nb.saga.events import SagaEvent, SagaStarted, StepSucceeded
 
 
 class StepTiming(TypedDict):
-    """One step that ran, with how long its execute took."""
+    """One step that ran to completion, with how long its execute took."""
 
     index: int
     name: str
@@ -27,47 +29,58 @@ class StepTiming(TypedDict):
 
 
 class WorkflowResult(TypedDict):
-    """Structured content of a committed workflow call (the tool's output schema)."""
+    """Structured content of a workflow call (the tool's output schema), committed or not."""
 
-    status: Literal["committed"]
+    status: Literal["committed", "rolled_back", "stuck"]
     workflow: str
     run_id: str | None
+    summary: str
     metadata: dict[str, Any]
     steps: list[StepTiming]
     duration_ms: float
+    report: dict[str, Any] | None
 
 
 def committed_result(
     workflow: str, final: AegisContext | None, events: Sequence[SagaEvent], duration: float
 ) -> WorkflowResult:
     """The structured content of a workflow whose sagas committed (the last run's steps and metadata)."""
-    last_run = _last_run(events)
-    steps = [
-        StepTiming(index=e.index, name=e.step, duration_ms=round(e.duration * 1000, 3))
-        for e in last_run
-        if isinstance(e, StepSucceeded)
-    ]
+    run = _last_run(events)
+    steps = _timings(run)
     return WorkflowResult(
         status="committed",
         workflow=workflow,
-        run_id=last_run[0].run_id if last_run else None,
+        run_id=run[0].run_id if run else None,
+        summary=f"committed: {', '.join(step['name'] for step in steps)}",
         metadata={} if final is None else final.to_json(),
         steps=steps,
-        duration_ms=round(duration * 1000, 3),
+        duration_ms=_ms(duration),
+        report=None,
     )
 
 
-def failed_result(report: SagaReport, duration: float) -> CallToolResult:
-    """``is_error=True``: the summary as text, the whole report (plus summary and timing) as structure."""
-    structured: dict[str, Any] = {
-        **report.to_json(),
-        "summary": report.summary(),
-        "left_standing": [{"index": s.index, "name": s.name} for s in report.left_standing],
-        "duration_ms": round(duration * 1000, 3),
-    }
+def failed_result(
+    workflow: str, report: SagaReport, events: Sequence[SagaEvent], duration: float
+) -> CallToolResult:
+    """``is_error=True``: the summary as text; as structure, the same shape with the whole report."""
+    status: Literal["rolled_back", "stuck"] = "stuck" if report.status is SagaStatus.STUCK else "rolled_back"
+    run = [e for e in events if e.run_id == report.run_id]
+    structured = WorkflowResult(
+        status=status,
+        workflow=workflow,
+        run_id=report.run_id,
+        summary=report.summary(),
+        metadata={},
+        steps=_timings(run),
+        duration_ms=_ms(duration),
+        report={
+            **report.to_json(),
+            "left_standing": [{"index": s.index, "name": s.name} for s in report.left_standing],
+        },
+    )
     return CallToolResult(
         content=[TextContent(type="text", text=report.summary())],
-        structured_content=structured,
+        structured_content=dict(structured),
         is_error=True,
     )
 
@@ -75,6 +88,18 @@ def failed_result(report: SagaReport, duration: float) -> CallToolResult:
 def error_result(text: str) -> CallToolResult:
     """``is_error=True`` with `text` only: the call was refused or failed before any saga ran."""
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def _timings(run: Sequence[SagaEvent]) -> list[StepTiming]:
+    return [
+        StepTiming(index=e.index, name=e.step, duration_ms=_ms(e.duration))
+        for e in run
+        if isinstance(e, StepSucceeded)
+    ]
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
 
 
 def _last_run(events: Sequence[SagaEvent]) -> list[SagaEvent]:

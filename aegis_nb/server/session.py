@@ -7,6 +7,7 @@ says no, not a `CallToolResult` to inspect. `connect` opens one over any transpo
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -30,6 +31,9 @@ class ToolSession:
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        # The SDK validates structured results with jsonschema, whose first import takes seconds
+        # (it compiles grammars). Pay that when connecting, not inside the first step's deadline.
+        importlib.import_module("jsonschema")
 
     async def call_tool(
         self,
