@@ -68,6 +68,20 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext aegis_nb``: register the magics and the notebook display of runs."""
+    from aegis_nb.notebook.extension import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext aegis_nb``: stop blocking on the saga magics and drawing runs."""
+    from aegis_nb.notebook.extension import unload_ipython_extension as unload
+
+    unload(ipython)
+
+
 __all__ = [
     "AegisContext",
     "AegisError",

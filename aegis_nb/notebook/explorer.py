@@ -1,0 +1,205 @@
+"""``%aegis_saga --interactive``: find by hand where a saga starts to roll back.
+
+A slider for the deadline, one per step for its latency, a toggle per step to make it fail, and a
+Run button. Each press reads the controls (front-end values reach a cell only when a run starts, on
+older kernels), runs the saga once with a live diagram, then shows the new diagram beside the
+previous outcome and adds a row to the history, which is sorted by deadline so the point where
+"committed" turns into "rolled back" is plain to see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+import anyio
+import ipywidgets  # type: ignore[import-untyped]
+
+from aegis_nb.notebook.cellsurface import WIDGET_MIME
+from aegis_nb.notebook.display import run_bundle
+from aegis_nb.notebook.injection import Fault
+from aegis_nb.notebook.live import LiveView
+from aegis_nb.notebook.plan import SagaPlan
+from aegis_nb.notebook.runner import RunSettings, SagaRunner
+from aegis_nb.notebook.surface import NullSurface
+from aegis_nb.saga.outcome import SagaRun
+
+MAX_LATENCY = 2.0
+"""Seconds at the right end of each latency slider."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One press of Run: the settings it read and the run it got."""
+
+    number: int
+    deadline: float
+    latencies: tuple[tuple[str, float], ...]
+    failing: tuple[str, ...]
+    run: SagaRun
+
+    def settings_text(self) -> str:
+        slow = ", ".join(f"{name} {seconds:g} s" for name, seconds in self.latencies if seconds > 0)
+        parts = [f"deadline {self.deadline:g} s", f"latency: {slow or 'none'}"]
+        if self.failing:
+            parts.append(f"failing: {', '.join(self.failing)}")
+        return " · ".join(parts)
+
+
+class SagaExplorer:
+    """The controls, the current and previous diagrams, and the history of trials."""
+
+    def __init__(
+        self, runner: SagaRunner, plan: SagaPlan, settings: RunSettings, *, output: str | None = None
+    ):
+        self._runner = runner
+        self._plan = plan
+        self._base = settings
+        self._output = output
+        self.trials: list[Trial] = []
+        self._pending: set[asyncio.Task[Trial]] = set()
+        names = plan.names
+        initial = settings.deadline if settings.deadline is not None else 1.0
+        style = {"description_width": "initial"}
+        wide = ipywidgets.Layout(width="min(100%, 480px)")
+        self.deadline = ipywidgets.FloatSlider(
+            value=initial,
+            min=0.05,
+            max=max(5.0, 2 * initial),
+            step=0.05,
+            description="deadline (s)",
+            readout_format=".2f",
+            style=style,
+            layout=wide,
+        )
+        self.latency = {
+            name: ipywidgets.FloatSlider(
+                value=settings.faults.get(name, Fault()).latency,
+                min=0.0,
+                max=MAX_LATENCY,
+                step=0.05,
+                description=f"{name} latency (s)",
+                readout_format=".2f",
+                style=style,
+                layout=wide,
+            )
+            for name in names
+        }
+        self.failing = {
+            name: ipywidgets.ToggleButton(
+                value=settings.faults.get(name, Fault()).fail,
+                description=f"{name} fails",
+                icon="bolt",
+                layout=ipywidgets.Layout(width="auto"),
+            )
+            for name in names
+        }
+        self.run_button = ipywidgets.Button(description="Run", button_style="primary", icon="play")
+        self.run_button.on_click(self._clicked)
+        self._current = ipywidgets.VBox([ipywidgets.HTML("<i>press Run</i>")])
+        self._previous = ipywidgets.HTML("")
+        self._history = ipywidgets.HTML("")
+        panes = ipywidgets.HBox(
+            [
+                ipywidgets.VBox([ipywidgets.HTML("<b>this run</b>"), self._current]),
+                ipywidgets.VBox([ipywidgets.HTML("<b>previous run</b>"), self._previous]),
+            ]
+        )
+        self.widget = ipywidgets.VBox(
+            [
+                self.deadline,
+                *self.latency.values(),
+                ipywidgets.HBox([*self.failing.values(), self.run_button]),
+                panes,
+                self._history,
+            ]
+        )
+        self.widget.add_class("aegis-explorer")
+
+    # -- reading the controls -------------------------------------------------------------------
+
+    def settings(self) -> RunSettings:
+        """The run settings the controls show right now."""
+        faults = {
+            name: Fault(fail=self.failing[name].value, latency=float(self.latency[name].value))
+            for name in self._plan.names
+        }
+        return RunSettings(
+            faults={name: fault for name, fault in faults.items() if not fault.is_noop},
+            deadline=float(self.deadline.value),
+            mock=self._base.mock,
+            name=self._base.name,
+            context=self._base.context,
+        )
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def run_once(self) -> Trial:
+        """Run the saga with the controls' current values; the diagram replaces the current pane."""
+        settings = self.settings()
+        assert settings.deadline is not None
+        view = LiveView(surface=NullSurface(), static_at_end=False)
+        self.run_button.disabled = True
+        self._current.children = (view.widget,)
+        try:
+            outcome = await self._runner.run(self._plan, settings, sinks=(view,))
+        finally:
+            self.run_button.disabled = False
+        trial = Trial(
+            number=len(self.trials) + 1,
+            deadline=settings.deadline,
+            latencies=tuple((name, float(self.latency[name].value)) for name in self._plan.names),
+            failing=tuple(name for name in self._plan.names if self.failing[name].value),
+            run=outcome.run,
+        )
+        if self.trials:
+            self._previous.value = _trial_html(self.trials[-1])
+        self.trials.append(trial)
+        self._current.children = (ipywidgets.HTML(_trial_html(trial)),)
+        self._history.value = history_html(self.trials)
+        if self._output is not None:
+            self._runner.namespace[self._output] = outcome.run
+        return trial
+
+    def _clicked(self, _: Any) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            anyio.run(self.run_once)
+            return
+        task = loop.create_task(self.run_once())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    # -- showing --------------------------------------------------------------------------------
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
+        names = ", ".join(self._plan.names)
+        text = f"saga explorer for {self._base.name} ({names}): set the sliders and toggles, then press Run"
+        return {WIDGET_MIME: bundle.get(WIDGET_MIME), "text/plain": text}
+
+
+def _trial_html(trial: Trial) -> str:
+    bundle = run_bundle(trial.run)
+    caption = f"run {trial.number}: {escape(trial.settings_text())}"
+    return f'<div style="font-size:12px;color:#475569">{caption}</div>{bundle["text/html"]}'
+
+
+def history_html(trials: list[Trial]) -> str:
+    """Every trial so far, sorted by deadline: where the outcome flips is where the deadline bites."""
+    rows = []
+    for trial in sorted(trials, key=lambda t: (t.deadline, t.number)):
+        colour = "#15803d" if trial.run.ok else "#b91c1c"
+        rows.append(
+            f"<tr><td>{trial.number}</td><td>{trial.deadline:g} s</td>"
+            f"<td>{escape(trial.settings_text())}</td>"
+            f'<td style="color:{colour}">{escape(trial.run.report.summary())}</td></tr>'
+        )
+    return (
+        '<table class="aegis-history" style="font-size:12px;border-collapse:collapse">'
+        "<thead><tr><th>run</th><th>deadline</th><th>settings</th><th>outcome</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )

@@ -1,0 +1,212 @@
+"""The aegis magics: ``%%aegis_step``, ``%aegis_saga`` (line and cell), ``%aegis_rehearse``, ``%aegis_mock``.
+
+One `AegisMagics` instance per shell holds what the magics share: the steps defined in cells, the
+engine, and the mock travel tools. Nothing is module-global, so two shells (or two tests) never see
+each other's steps. The blocking forms are reached through `run_async` (see `blocking`); the plain
+magic functions are the fallback for calls that are not a top-level line of a cell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
+
+from aegis_nb.notebook.background import BackgroundRun
+from aegis_nb.notebook.cellsteps import define_cell_step
+from aegis_nb.notebook.cellsurface import CellSurface
+from aegis_nb.notebook.live import LiveView
+from aegis_nb.notebook.mocktools import MockTools
+from aegis_nb.notebook.options import (
+    MockKind,
+    SagaOptions,
+    parse_rehearse_options,
+    parse_saga_options,
+    parse_step_options,
+)
+from aegis_nb.notebook.plan import SagaPlan, parse_plan
+from aegis_nb.notebook.runner import DEFAULT_SAGA_NAME, RunSettings, SagaRunner, print_outcome, start_context
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.outcome import SagaRun
+
+
+@magics_class
+class AegisMagics(Magics):
+    """Define steps in cells and run sagas of them with a live diagram, faults and mock MCP tools."""
+
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.namespace: dict[str, Any] = shell.user_ns
+        """The user's namespace, where steps are bound and looked up."""
+        self.steps: dict[str, Any] = {}
+        """Steps defined by ``%%aegis_step``, by name."""
+        self.engine = WorkflowEngine()
+        self._tools: MockTools | None = None
+        self.runner = SagaRunner(self.engine, self.namespace, self.mock_tools)
+
+    def mock_tools(self) -> MockTools:
+        """This shell's mock travel tools (started on first use; the ledger lives as long as the shell)."""
+        if self._tools is None:
+            self._tools = MockTools()
+        return self._tools
+
+    # -- %%aegis_step ---------------------------------------------------------------------------
+
+    @cell_magic
+    def aegis_step(self, line: str, cell: str) -> None:
+        """Define a saga step in a cell: ``async def execute(ctx, ...)`` and ``async def compensate(...)``.
+
+        ``%%aegis_step NAME [--timeout SECONDS] [--retries N] [--retry-delay SECONDS] [--in-doubt]
+        [--read-only]``: the step is registered under NAME and bound to the variable NAME.
+        """
+        options = parse_step_options(line)
+        step = define_cell_step(options, cell, self.namespace)
+        self.steps[options.name] = step
+        self.namespace[options.name] = step
+
+    # -- %aegis_saga ----------------------------------------------------------------------------
+
+    @line_cell_magic
+    def aegis_saga(self, line: str, cell: str | None = None) -> Any:
+        """Run a saga of the named steps with a live diagram.
+
+        ``%aegis_saga STEP [STEP ...] [--deadline SECONDS] [--fail STEP[=MESSAGE]] [--latency STEP=SECONDS]
+        [--mock travel] [--name NAME] [-o VAR] [--context VAR] [--background | --interactive]``; the cell
+        form lists one step per line, optionally called with arguments: ``BookFlight("Lisbon")``.
+
+        In a notebook the magic blocks its cell until the saga ends; where it cannot (inside a
+        function or another magic), use ``--background`` and await the returned run.
+        """
+        options, plan, settings = self._prepare(line, cell)
+        if options.background:
+            return self._background(plan, settings, options.output)
+        return self._sync("aegis_saga", lambda: self._saga(options, plan, settings))
+
+    async def saga(self, line: str, cell: str | None = None) -> Any:
+        """The saga magic, awaited: None when blocking, a `BackgroundRun` or an explorer otherwise."""
+        options, plan, settings = self._prepare(line, cell)
+        return await self._saga(options, plan, settings)
+
+    def _prepare(self, line: str, cell: str | None) -> tuple[SagaOptions, SagaPlan, RunSettings]:
+        options = parse_saga_options(line)
+        plan = parse_plan(options.steps, cell or "", self.steps, self.namespace)
+        options.check_steps(plan.names)
+        self.runner.check(plan)
+        return options, plan, RunSettings.from_options(options, self.namespace)
+
+    async def _saga(self, options: SagaOptions, plan: SagaPlan, settings: RunSettings) -> Any:
+        if options.interactive:
+            from aegis_nb.notebook.explorer import SagaExplorer
+
+            self.runner.bind_mock(settings.mock)
+            return SagaExplorer(self.runner, plan, settings, output=options.output)
+        if options.background:
+            return self._background(plan, settings, options.output)
+        self.runner.bind_mock(settings.mock)
+        view = LiveView(surface=CellSurface()).show()
+        outcome = await self.runner.run(plan, settings, sinks=(view,))
+        if outcome.ledger is not None:
+            print(outcome.ledger, flush=True)
+        self._bind(options.output, outcome.run)
+        print_outcome(outcome.run)
+        return None
+
+    def _background(self, plan: SagaPlan, settings: RunSettings, output: str | None) -> BackgroundRun:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise UsageError(
+                "--background needs an event loop that keeps running after the cell (a Jupyter kernel's); "
+                "here, run the saga without --background"
+            ) from None
+        self.runner.bind_mock(settings.mock)
+        # Shown now, while this cell is the one running: later outputs would land in another cell.
+        view = LiveView().show()
+
+        async def job() -> SagaRun:
+            outcome = await self.runner.run(plan, settings, sinks=(view,))
+            self._bind(output, outcome.run)
+            return outcome.run
+
+        return BackgroundRun(settings.name, loop.create_task(job()))
+
+    # -- %aegis_rehearse ------------------------------------------------------------------------
+
+    @line_cell_magic
+    def aegis_rehearse(self, line: str, cell: str | None = None) -> Any:
+        """Rehearse a saga against the mock tools and show which runs leave the world clean.
+
+        ``%aegis_rehearse STEP [STEP ...] [--mock travel] [--timeout SECONDS] [--name NAME] [-o VAR]
+        [--context VAR]``: runs once clean, once per step failing and once per step timing out after
+        its effect, then shows the matrix of compensations and ledgers. The cell form lists the
+        steps one per line with their arguments, as ``%%aegis_saga`` does.
+        """
+        return self._sync("aegis_rehearse", lambda: self.rehearse(line, cell))
+
+    async def rehearse(self, line: str, cell: str | None = None) -> Any:
+        """The rehearsal magic, awaited: the `Rehearsal` (which displays as the matrix)."""
+        from aegis_nb.notebook.rehearsal import rehearse
+
+        options = parse_rehearse_options(line)
+        plan = parse_plan(options.steps, cell or "", self.steps, self.namespace)
+        self.runner.check(plan)
+        settings = RunSettings(
+            mock=options.mock,
+            name=options.name or DEFAULT_SAGA_NAME,
+            context=start_context(options.context, self.namespace),
+        )
+        report = await rehearse(self.runner, plan, settings, hang_timeout=options.timeout)
+        self._bind(options.output, report)
+        return report
+
+    # -- %aegis_mock ----------------------------------------------------------------------------
+
+    @line_magic
+    def aegis_mock(self, line: str) -> Any:
+        """``%aegis_mock travel``: bind the mock travel tools to ``travel`` and show the ledger."""
+        kind = line.strip()
+        if kind != MockKind.TRAVEL.value:
+            raise UsageError(f"%aegis_mock takes the mock to start: %aegis_mock {MockKind.TRAVEL.value}")
+        tools = self.runner.bind_mock(MockKind.TRAVEL)
+        assert tools is not None
+        return tools.ledger()
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def run_async(self, magic: str, line: str, cell: str | None) -> Any:
+        """What the blocking transformer awaits: the named magic's async form."""
+        if magic == "aegis_saga":
+            return await self.saga(line, cell)
+        if magic == "aegis_rehearse":
+            return await self.rehearse(line, cell)
+        raise UsageError(f"no aegis magic called {magic!r}")  # pragma: no cover - the transformer's list
+
+    def _sync(self, magic: str, start: Callable[[], Awaitable[Any]]) -> Any:
+        """Run an async magic from its sync entry point, which can only wait when no loop is running."""
+        if not _loop_running():
+
+            async def main() -> Any:
+                return await start()
+
+            return anyio.run(main)
+        raise UsageError(
+            f"%{magic} blocks its cell only as a line of its own at the top level of a cell (or as the "
+            "cell magic); here it is nested in other code. Move it to its own line, or use "
+            "--background and await the result."
+        )
+
+    def _bind(self, variable: str | None, value: object) -> None:
+        if variable is not None:
+            self.namespace[variable] = value
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -1,0 +1,136 @@
+"""The rehearsal matrix as HTML (colours a person reads at a glance) and as text (terminals, nbval, logs).
+
+One row per scenario, one column per step, then the outcome and the ledger. Green cells are fine,
+grey cells did not run, red cells need a person: a booking left live, a compensation that returned
+without undoing anything, a compensation that gave up. Above the table, one verdict line; below it,
+each problem in a sentence with the likely fix.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.notebook.mocktools import ledger_summary
+from aegis_nb.notebook.rehearsal import Mark, Rehearsal, ScenarioResult
+
+GREEN, RED, GREY, AMBER = "#15803d", "#b91c1c", "#94a3b8", "#b45309"
+_BACKGROUND = {GREEN: "#f0fdf4", RED: "#fef2f2", GREY: "#f8fafc", AMBER: "#fffbeb"}
+_SYMBOL = {
+    Mark.NOT_RUN: "·",
+    Mark.DONE: "✓",
+    Mark.FAILED: "✗",
+    Mark.TIMED_OUT: "⏱",
+    Mark.UNDONE: "↶",
+    Mark.UNDONE_BUT_LIVE: "↶!",
+    Mark.LEFT_LIVE: "!!",
+    Mark.UNDO_FAILED: "↶✗",
+}
+_STATUS_WORDS = {
+    SagaStatus.COMMITTED: "committed",
+    SagaStatus.ROLLED_BACK: "rolled back",
+    SagaStatus.STUCK: "STUCK",
+    SagaStatus.RUNNING: "running",
+    SagaStatus.COMPENSATING: "rolling back",
+}
+
+
+def verdict(rehearsal: Rehearsal) -> str:
+    total = len(rehearsal.results)
+    if rehearsal.safe:
+        world = "the ledger ends clean" if rehearsal.with_ledger else "every rollback completes"
+        return f"✓ safe: in all {total} scenarios {world}"
+    bad = len(rehearsal.unsafe)
+    return f"✗ unsafe: {bad} of {total} scenarios leave the world in a state nobody wanted"
+
+
+def _mark_colour(mark: Mark) -> str:
+    if mark.bad:
+        return RED
+    if mark is Mark.NOT_RUN:
+        return GREY
+    if mark in (Mark.FAILED, Mark.TIMED_OUT):
+        return AMBER
+    return GREEN
+
+
+def _ledger_text(result: ScenarioResult) -> str:
+    if result.ledger is None:
+        return "—"
+    if result.status is SagaStatus.COMMITTED:
+        return ledger_summary(result.ledger)
+    return "clean" if not result.leftovers else f"LEFT LIVE: {', '.join(result.leftovers)}"
+
+
+def render_text(rehearsal: Rehearsal) -> str:
+    """The matrix as aligned text, ending with a newline."""
+    header = ["scenario", *rehearsal.steps, "outcome"]
+    if rehearsal.with_ledger:
+        header.append("ledger after")
+    rows = [header]
+    for result in rehearsal.results:
+        row = [result.scenario.label]
+        row += [f"{_SYMBOL[outcome.mark]} {outcome.text}" for outcome in result.steps]
+        row.append(_STATUS_WORDS[result.status])
+        if rehearsal.with_ledger:
+            row.append(_ledger_text(result))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [f"rehearsal of {rehearsal.saga}: {verdict(rehearsal)}", ""]
+    for n, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            lines.append("  ".join("─" * width for width in widths))
+    problems = rehearsal.problems()
+    if problems:
+        lines += ["", "to fix:", *(f"  - {problem}" for problem in problems)]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str, colour: str, *, bold: bool = False) -> str:
+    weight = "font-weight:600;" if bold else ""
+    return (
+        f'<td style="padding:4px 8px;border:1px solid #e2e8f0;color:{colour};'
+        f'background:{_BACKGROUND[colour]};{weight}white-space:nowrap">{escape(text)}</td>'
+    )
+
+
+def render_html(rehearsal: Rehearsal) -> str:
+    """The matrix as a self-contained HTML table (no scripts, so it survives untrusted notebooks)."""
+    head_cells = ["scenario", *rehearsal.steps, "outcome"] + (
+        ["ledger after"] if rehearsal.with_ledger else []
+    )
+    head = "".join(
+        f'<th style="padding:4px 8px;border:1px solid #e2e8f0;text-align:left">{escape(cell)}</th>'
+        for cell in head_cells
+    )
+    body = []
+    for result in rehearsal.results:
+        cells = [_cell(result.scenario.label, GREEN if result.safe else RED, bold=True)]
+        for outcome in result.steps:
+            cells.append(_cell(f"{_SYMBOL[outcome.mark]} {outcome.text}", _mark_colour(outcome.mark)))
+        status_colour = {SagaStatus.COMMITTED: GREEN, SagaStatus.ROLLED_BACK: GREEN}.get(result.status, RED)
+        cells.append(_cell(_STATUS_WORDS[result.status], status_colour))
+        if rehearsal.with_ledger:
+            cells.append(_cell(_ledger_text(result), RED if result.leftovers else GREEN))
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    colour = GREEN if rehearsal.safe else RED
+    parts = [
+        '<div class="aegis-rehearsal" style="font-size:13px">',
+        f'<div style="font-weight:700;color:{colour};margin-bottom:6px">rehearsal of '
+        f"{escape(rehearsal.saga)}: {escape(verdict(rehearsal))}</div>",
+        '<table style="border-collapse:collapse">',
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>",
+    ]
+    problems = rehearsal.problems()
+    if problems:
+        items = "".join(f"<li>{escape(problem)}</li>" for problem in problems)
+        parts.append(
+            f'<div style="color:{RED};margin-top:6px">to fix:<ul style="margin:2px 0">{items}</ul></div>'
+        )
+    parts.append(
+        f'<div style="color:{GREY};font-size:11.5px;margin-top:4px">✓ done · ↶ undone · ✗ failed · '
+        f"⏱ timed out (hung {rehearsal.timeout:g} s after acting) · · not run · red: needs a person</div>"
+    )
+    parts.append("</div>")
+    return "".join(parts)

@@ -1,0 +1,156 @@
+"""One run of a planned saga for the magics: faults, deadline, mock tools, live view, and the outcome line.
+
+`SagaRunner` is shared by ``%aegis_saga`` (blocking or in the background), the interactive explorer
+and the rehearsal; what differs between them is only which faults and deadline a run gets and where
+its diagram goes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, MutableMapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import SagaDefinitionError
+from aegis_nb.mock.agency import TravelAgency
+from aegis_nb.notebook.injection import Fault
+from aegis_nb.notebook.mocktools import MOCK_VARIABLE, MockTools, ledger_change
+from aegis_nb.notebook.options import MockKind, SagaOptions
+from aegis_nb.notebook.plan import SagaPlan
+from aegis_nb.saga.definition import normalize_saga
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.recorder import Sink
+
+DEFAULT_SAGA_NAME = "saga"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What one run gets: faults per step name, a deadline in seconds (None: none), mock tools."""
+
+    faults: Mapping[str, Fault] = field(default_factory=dict)
+    deadline: float | None = None
+    mock: MockKind | None = None
+    name: str = DEFAULT_SAGA_NAME
+    context: AegisContext = field(default_factory=AegisContext)
+
+    @classmethod
+    def from_options(cls, options: SagaOptions, namespace: Mapping[str, Any]) -> RunSettings:
+        faults: dict[str, Fault] = {}
+        for step in {*options.fail, *options.latency}:
+            fail = step in options.fail
+            faults[step] = Fault(
+                fail=fail,
+                message=options.fail.get(step) if fail else None,
+                latency=options.latency.get(step, 0.0),
+            )
+        return cls(
+            faults=faults,
+            deadline=options.deadline,
+            mock=options.mock,
+            name=options.name or DEFAULT_SAGA_NAME,
+            context=start_context(options.context, namespace),
+        )
+
+
+def start_context(variable: str | None, namespace: Mapping[str, Any]) -> AegisContext:
+    """The context a run starts from: ``--context VAR`` (an `AegisContext` or a dict) or an empty one."""
+    if variable is None:
+        return AegisContext()
+    if variable not in namespace:
+        raise UsageError(f"--context {variable}: there is no variable {variable}")
+    value = namespace[variable]
+    if isinstance(value, AegisContext):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return AegisContext(value)
+        except TypeError as exc:
+            raise UsageError(f"--context {variable}: {exc}") from None
+    raise UsageError(
+        f"--context {variable}: expected an AegisContext or a dict of metadata, got {type(value).__name__}"
+    )
+
+
+class SagaRunner:
+    """Runs planned sagas on one engine, binding the mock tools into the user's namespace when asked."""
+
+    def __init__(
+        self,
+        engine: WorkflowEngine,
+        namespace: MutableMapping[str, Any],
+        mock_tools: Callable[[], MockTools],
+    ) -> None:
+        self.engine = engine
+        self.namespace = namespace
+        self._mock_tools = mock_tools
+
+    def check(self, plan: SagaPlan) -> None:
+        """Reject a malformed saga before anything runs, in one line."""
+        try:
+            normalize_saga(plan.entries())
+        except SagaDefinitionError as exc:
+            raise UsageError(str(exc)) from None
+
+    def bind_mock(self, mock: MockKind | None) -> MockTools | None:
+        """Make the mock tools available as a variable (``travel``); returns them."""
+        if mock is None:
+            return None
+        tools = self._mock_tools()
+        self.namespace[MOCK_VARIABLE] = tools
+        return tools
+
+    async def run(
+        self,
+        plan: SagaPlan,
+        settings: RunSettings,
+        sinks: tuple[Sink, ...] = (),
+        *,
+        agency: TravelAgency | None = None,
+    ) -> Outcome:
+        """Run once under `settings` (on `agency` instead of the shell's, if given).
+
+        Returns whatever the saga's outcome; a cancellation propagates after the rollback.
+        """
+        tools = self.bind_mock(settings.mock)
+        ledger = None
+        async with AsyncExitStack() as stack:
+            if tools is not None:
+                await stack.enter_async_context(tools.connected(agency))
+                before = tools.agency.state()
+            ctx = settings.context
+            if settings.deadline is not None:
+                ctx = ctx.with_timeout(settings.deadline)
+            run = await self.engine.run_saga(
+                plan.entries(settings.faults), ctx, name=settings.name, sinks=sinks
+            )
+            if tools is not None:
+                ledger = ledger_change(before, tools.agency.state())
+        return Outcome(run, ledger)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished run and, with mock tools, one line saying how it changed their ledger."""
+
+    run: SagaRun
+    ledger: str | None = None
+
+
+def outcome_line(run: SagaRun) -> str | None:
+    """The rollback error as one readable line (``SagaRolledBack: saga 'x': ...``); None on success."""
+    if run.error is None:
+        return None
+    return f"{type(run.error).__name__}: {run.error}"
+
+
+def print_outcome(run: SagaRun) -> None:
+    line = outcome_line(run)
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)

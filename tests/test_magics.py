@@ -1,0 +1,465 @@
+"""The aegis magics driven through IPython's `InteractiveShell`, as a notebook drives them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("IPython")
+
+from IPython.core.displaypub import CapturingDisplayPublisher
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
+from traitlets.config import Config
+
+from aegis_nb.notebook.background import BackgroundRun
+from aegis_nb.notebook.blocking import blocking_transformer
+from aegis_nb.notebook.cellsurface import WIDGET_MIME
+from aegis_nb.notebook.magics import AegisMagics
+from aegis_nb.saga.functional import FunctionStep
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.testing import outline
+
+BOOK_FLIGHT = """%%aegis_step BookFlight
+import json
+async def execute(ctx, destination="Lisbon"):
+    print(f"Booking flight to {destination}...")
+    return ctx.with_metadata({"flight_id": json.dumps(destination)})
+
+async def compensate(ctx, destination="Lisbon"):
+    print(f"Canceling flight {ctx.metadata['flight_id']}...")
+"""
+
+CHARGE_CARD = """%%aegis_step ChargeCard
+async def execute(ctx):
+    print(f"Charging card for {ctx.metadata['flight_id']}...")
+    return ctx.with_metadata({"charge_id": "CH-1"})
+
+async def compensate(ctx):
+    print("Refunding...")
+"""
+
+
+@pytest.fixture
+def shell() -> Iterator[InteractiveShell]:
+    """A fresh IPython shell with the extension loaded and displays captured."""
+    InteractiveShell.clear_instance()
+    config = Config()
+    config.HistoryManager.enabled = False
+    ip = InteractiveShell.instance(config=config)
+    ip.display_pub = CapturingDisplayPublisher()
+    ok(ip, "%load_ext aegis_nb")
+    yield ip
+    InteractiveShell.clear_instance()
+
+
+def ok(shell: InteractiveShell, cell: str) -> ExecutionResult:
+    result = shell.run_cell(cell, store_history=True)
+    if not result.success:
+        raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}")
+    return result
+
+
+def usage_error(shell: InteractiveShell, cell: str) -> str:
+    """The one-line message of the `UsageError` the cell raised (IPython shows no traceback for it)."""
+    result = shell.run_cell(cell)
+    error = result.error_in_exec or result.error_before_exec
+    assert isinstance(error, UsageError), f"expected a UsageError, got {error!r}"
+    return str(error)
+
+
+def displays(shell: InteractiveShell) -> list[dict[str, Any]]:
+    publisher = shell.display_pub
+    assert isinstance(publisher, CapturingDisplayPublisher)
+    return list(publisher.outputs)
+
+
+def magics(shell: InteractiveShell) -> AegisMagics:
+    instance = shell.magics_manager.registry["AegisMagics"]
+    assert isinstance(instance, AegisMagics)
+    return instance
+
+
+# -- %%aegis_step --------------------------------------------------------------------------------
+
+
+def test_a_step_cell_registers_the_step_and_binds_it_to_its_name(shell: InteractiveShell) -> None:
+    ok(shell, "previous_execute = 'kept'\nexecute = previous_execute")
+    ok(shell, BOOK_FLIGHT)
+    step = shell.user_ns["BookFlight"]
+    assert isinstance(step, FunctionStep)
+    assert magics(shell).steps == {"BookFlight": step}
+    assert (step.name, step.timeout, step.in_doubt, step.compensation_retry) == (
+        "BookFlight",
+        None,
+        False,
+        None,
+    )
+    # The cell's import stays visible to its functions; its execute/compensate do not leak.
+    assert "json" in shell.user_ns
+    assert shell.user_ns["execute"] == "kept"
+    assert "compensate" not in shell.user_ns
+
+
+def test_step_options_reach_the_step(shell: InteractiveShell) -> None:
+    ok(
+        shell,
+        BOOK_FLIGHT.replace("BookFlight", "BookFlight --timeout 2.5 --retries 4 --retry-delay 0 --in-doubt"),
+    )
+    step = shell.user_ns["BookFlight"]
+    assert (step.timeout, step.in_doubt) == (2.5, True)
+    assert (step.compensation_retry.attempts, step.compensation_retry.initial_delay) == (5, 0.0)
+
+
+def test_a_read_only_step_needs_no_compensation(shell: InteractiveShell) -> None:
+    ok(shell, "%%aegis_step SearchFlights --read-only\nasync def execute(ctx):\n    return None\n")
+    assert shell.user_ns["SearchFlights"].is_complete
+
+
+@pytest.mark.parametrize(
+    ("cell", "message"),
+    [
+        (
+            "%%aegis_step Broken\nasync def execute(ctx)\n    pass\n",
+            "step Broken: syntax error on line 1 of the cell: expected ':'\n"
+            "    async def execute(ctx)\n                          ^",
+        ),
+        (
+            "%%aegis_step Empty\nasync def compensate(ctx):\n    pass\n",
+            "step Empty: the cell defines no execute; write `async def execute(ctx, ...):` returning a new "
+            "context (ctx.with_metadata({...})) or None",
+        ),
+        (
+            "%%aegis_step Sync\ndef execute(ctx):\n    pass\nasync def compensate(ctx):\n    pass\n",
+            "step Sync: execute must be `async def execute(ctx, ...)`, not `def` (a sync function cannot "
+            "be cancelled at its deadline)",
+        ),
+        (
+            "%%aegis_step SyncUndo\nasync def execute(ctx):\n    pass\ndef compensate(ctx):\n    pass\n",
+            "step SyncUndo: compensate must be `async def compensate(ctx, ...)`, not `def` (a sync function "
+            "cannot be cancelled at its deadline)",
+        ),
+        (
+            "%%aegis_step NoUndo\nasync def execute(ctx):\n    pass\n",
+            "step NoUndo: the cell defines no compensate; write `async def compensate(ctx, ...):` to undo "
+            "what execute did, or pass --read-only if the step changes nothing",
+        ),
+        (
+            "%%aegis_step Typo\nimport no_such_module_here\nasync def execute(ctx):\n    pass\n"
+            "async def compensate(ctx):\n    pass\n",
+            "step Typo was not defined: the cell raised ModuleNotFoundError: No module named "
+            "'no_such_module_here' (line 1: 'import no_such_module_here')",
+        ),
+        (
+            "%%aegis_step 2fast\nasync def execute(ctx):\n    pass\n",
+            "%%aegis_step NAME: '2fast' is not a valid Python name (letters, digits and _, not a keyword)",
+        ),
+        (
+            "%%aegis_step Slow --timeout soon\nasync def execute(ctx):\n    pass\n",
+            "%%aegis_step: --timeout takes a positive number of seconds, e.g. 2.5; got 'soon'",
+        ),
+    ],
+)
+def test_a_bad_step_cell_gets_one_clear_line(shell: InteractiveShell, cell: str, message: str) -> None:
+    assert usage_error(shell, cell) == message
+    assert magics(shell).steps == {}
+
+
+# -- %aegis_saga: blocking -----------------------------------------------------------------------
+
+
+def test_the_line_form_is_rewritten_into_an_await_so_the_cell_blocks() -> None:
+    lines = ["x = 1\n", "%aegis_saga A B --deadline 2 -o run\n", "print(run)\n"]
+    assert blocking_transformer(lines) == [
+        "x = 1\n",
+        "await get_ipython().magics_manager.registry['AegisMagics'].run_async("
+        "'aegis_saga', ' A B --deadline 2 -o run', None)\n",
+        "print(run)\n",
+    ]
+    cell = ["%%aegis_saga --name trip\n", "A('x')\n", "B\n"]
+    assert blocking_transformer(cell) == [
+        "await get_ipython().magics_manager.registry['AegisMagics'].run_async("
+        "'aegis_saga', ' --name trip', \"A('x')\\nB\\n\")\n"
+    ]
+    untouched = ["def f():\n", "    %aegis_saga A\n", "%aegis_saga?\n", "%aegis_sagas A\n"]
+    assert blocking_transformer(untouched) == untouched
+
+
+def test_a_saga_runs_to_the_end_before_the_next_line(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, BOOK_FLIGHT)
+    ok(shell, CHARGE_CARD)
+    ok(shell, "%aegis_saga BookFlight ChargeCard --name trip -o run\nprint('after:', run.status.value)")
+    run = shell.user_ns["run"]
+    assert isinstance(run, SagaRun)
+    assert run.ok
+    assert run.context is not None
+    assert run.context.to_json() == {"flight_id": '"Lisbon"', "charge_id": "CH-1"}
+    out, err = capsys.readouterr()
+    assert out == 'Booking flight to Lisbon...\nCharging card for "Lisbon"...\nafter: committed\n'
+    assert err == ""
+
+
+def test_a_rollback_shows_one_line_and_the_diagram_not_a_traceback(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, BOOK_FLIGHT)
+    ok(shell, CHARGE_CARD)
+    capsys.readouterr()
+    result = ok(
+        shell, '%aegis_saga BookFlight ChargeCard --fail ChargeCard="Card Declined!" --name trip -o run'
+    )
+    assert result.result is None
+    out, err = capsys.readouterr()
+    assert err == "SagaRolledBack: saga 'trip': Card Declined! — rolled back: BookFlight\n"
+    assert 'Canceling flight "Lisbon"...' in out
+    run = shell.user_ns["run"]
+    assert [outline(event) for event in run.events] == [
+        ("SagaStarted",),
+        ("StepStarted", "BookFlight"),
+        ("StepSucceeded", "BookFlight"),
+        ("StepStarted", "ChargeCard"),
+        ("StepFailed", "ChargeCard"),
+        ("CompensationStarted", "BookFlight"),
+        ("CompensationSucceeded", "BookFlight"),
+        ("SagaCompensated",),
+    ]
+    # The live widget (blank as text), its blanking at the end, then the static diagram.
+    shown = displays(shell)
+    assert [sorted(d["data"]) for d in shown] == [
+        [WIDGET_MIME, "text/plain"],
+        ["text/plain"],
+        ["text/html", "text/plain"],
+    ]
+    assert [d["update"] for d in shown] == [False, True, False]
+    assert shown[0]["data"]["text/plain"] == shown[1]["data"]["text/plain"] == ""
+    static = shown[2]["data"]
+    assert static["text/html"].startswith('<div class="aegis-static"')
+    assert 'alt="trip: rolled back' in static["text/html"]
+    assert static["text/plain"].startswith("trip — ROLLED BACK")
+    assert static["text/plain"].endswith("Card Declined! — rolled back: BookFlight\n")
+
+
+def test_injected_faults_wrap_the_run_and_leave_the_users_step_alone(shell: InteractiveShell) -> None:
+    ok(shell, BOOK_FLIGHT)
+    ok(shell, CHARGE_CARD)
+    step = shell.user_ns["BookFlight"]
+    ok(shell, "%aegis_saga BookFlight ChargeCard --latency ChargeCard=5 --deadline 0.05 -o run")
+    run = shell.user_ns["run"]
+    assert run.report.failed_step.name == "ChargeCard"
+    assert run.report.failure_kind.value == "timeout"
+    assert [s.name for s in run.report.compensated] == ["BookFlight"]
+    assert shell.user_ns["BookFlight"] is step is magics(shell).steps["BookFlight"]
+    ok(shell, "%aegis_saga BookFlight ChargeCard -o again")
+    assert shell.user_ns["again"].ok
+
+
+def test_the_cell_form_takes_one_step_per_line_with_arguments(shell: InteractiveShell) -> None:
+    ok(shell, BOOK_FLIGHT)
+    ok(shell, CHARGE_CARD)
+    ok(shell, "city = 'Porto'")
+    ok(
+        shell,
+        "%%aegis_saga --name trip -o run\n"
+        "# a comment, then a blank line\n\n"
+        "BookFlight(destination=city)  # evaluated in the user's namespace\n"
+        "ChargeCard\n",
+    )
+    run = shell.user_ns["run"]
+    assert run.context.to_json() == {"flight_id": '"Porto"', "charge_id": "CH-1"}
+    assert run.report.steps == ("BookFlight", "ChargeCard")
+
+
+def test_steps_can_be_plain_objects_and_classes_from_the_namespace(shell: InteractiveShell) -> None:
+    ok(
+        shell,
+        "class Noop:\n"
+        "    async def execute(self, ctx):\n        return None\n"
+        "    async def compensate(self, ctx):\n        return None\n"
+        "noop = Noop()\n",
+    )
+    ok(shell, "%aegis_saga Noop noop -o run")
+    assert shell.user_ns["run"].report.steps == ("Noop#1", "Noop#2")
+
+
+# -- %aegis_saga: usage errors -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            "%aegis_saga BookFlight --dedline 3",
+            "%aegis_saga: unknown option --dedline (did you mean --deadline?). Usage: %aegis_saga STEP "
+            "[STEP ...] [--deadline SECONDS] [--fail STEP[=MESSAGE]] [--latency STEP=SECONDS] "
+            "[--mock travel] [--name NAME] [-o VAR] [--context VAR] [--background | --interactive]",
+        ),
+        (
+            "%aegis_saga BookFlight --deadline -1",
+            "%aegis_saga: --deadline takes a positive number of seconds, e.g. 2.5; got '-1'",
+        ),
+        (
+            "%aegis_saga BookFlight --deadline 0",
+            "%aegis_saga: --deadline takes a positive number of seconds, e.g. 2.5; got '0'",
+        ),
+        (
+            "%aegis_saga BookFlight --deadline soon",
+            "%aegis_saga: --deadline takes a positive number of seconds, e.g. 2.5; got 'soon'",
+        ),
+        (
+            "%aegis_saga BookFlight --deadline inf",
+            "%aegis_saga: --deadline takes a positive number of seconds, e.g. 2.5; got 'inf'",
+        ),
+        (
+            "%aegis_saga BookFlght",
+            "unknown step 'BookFlght' (did you mean BookFlight?): define it with %%aegis_step BookFlght, or "
+            "bind a step object to the variable BookFlght; known steps: BookFlight",
+        ),
+        (
+            "%aegis_saga BookFlight --fail ChargeCard",
+            "--fail names 'ChargeCard', which is not a step of this saga; its steps are: BookFlight",
+        ),
+        (
+            "%aegis_saga BookFlight --latency BookFlight",
+            "%aegis_saga: --latency takes STEP=SECONDS, e.g. --latency BookFlight=0.5",
+        ),
+        (
+            "%aegis_saga BookFlight --latency BookFlight=slow",
+            "%aegis_saga: --latency BookFlight= takes a non-negative number of seconds, e.g. 2.5; got 'slow'",
+        ),
+        (
+            "%aegis_saga BookFlight --mock bank",
+            "%aegis_saga: --mock 'bank' is not a mock we have; use one of: travel",
+        ),
+        (
+            "%aegis_saga BookFlight --background --interactive",
+            "%aegis_saga: choose one of --background and --interactive",
+        ),
+        (
+            "%aegis_saga",
+            "the saga has no steps: list them after the magic (%aegis_saga BookFlight "
+            "ChargeCard) or one per line in the cell (%%aegis_saga)",
+        ),
+        (
+            "%aegis_saga json",
+            "json is a module, not a step: a step has async execute(ctx, ...) and "
+            "compensate(ctx, ...); define one with %%aegis_step",
+        ),
+        ("%aegis_saga BookFlight --context nothing", "--context nothing: there is no variable nothing"),
+    ],
+)
+def test_bad_saga_options_raise_a_usage_error_with_the_fix(
+    shell: InteractiveShell, line: str, message: str
+) -> None:
+    ok(shell, BOOK_FLIGHT)
+    ok(shell, "import json")
+    assert usage_error(shell, line) == message
+
+
+def test_a_bad_line_in_the_cell_form_names_the_line(shell: InteractiveShell) -> None:
+    ok(shell, BOOK_FLIGHT)
+    assert usage_error(shell, "%%aegis_saga\nBookFlight(\n") == (
+        "line 1 of the saga ('BookFlight('): '(' was never closed; write STEP or STEP(arg, key=value)"
+    )
+    assert usage_error(shell, "%%aegis_saga\nBookFlight(undefined_city)\n") == (
+        "line 1 of the saga ('BookFlight(undefined_city)'): evaluating the arguments raised NameError: "
+        "name 'undefined_city' is not defined"
+    )
+
+
+def test_a_nested_call_explains_how_to_run_it(shell: InteractiveShell) -> None:
+    ok(shell, BOOK_FLIGHT)
+    message = usage_error(
+        shell, "async def go():\n    get_ipython().run_line_magic('aegis_saga', 'BookFlight')\nawait go()"
+    )
+    assert message == (
+        "%aegis_saga blocks its cell only as a line of its own at the top level of a cell (or as the cell "
+        "magic); here it is nested in other code. Move it to its own line, or use --background and await "
+        "the result."
+    )
+
+
+# -- %aegis_saga --background --------------------------------------------------------------------
+
+
+def test_background_without_a_running_loop_says_why_not(shell: InteractiveShell) -> None:
+    ok(shell, BOOK_FLIGHT)
+    # `x = %magic` is plain Python calling the magic; a terminal shell runs no loop between cells.
+    assert usage_error(shell, "job = %aegis_saga BookFlight --background") == (
+        "--background needs an event loop that keeps running after the cell (a Jupyter kernel's); here, "
+        "run the saga without --background"
+    )
+
+
+def test_background_as_a_line_returns_a_run_to_await(shell: InteractiveShell) -> None:
+    ok(shell, "import asyncio\nrelease = asyncio.Event()")
+    ok(
+        shell,
+        "%%aegis_step Hold\nasync def execute(ctx):\n    await release.wait()\n"
+        "async def compensate(ctx):\n    pass\n",
+    )
+    result = ok(shell, "%aegis_saga Hold --background --name trip -o run")
+    job = result.result
+    assert isinstance(job, BackgroundRun)
+    assert repr(job) == "<saga trip running in the background: `await` this for its SagaRun>"
+    assert "run" not in shell.user_ns
+    ok(shell, "release.set()\nfinished = await _")
+    run = shell.user_ns["finished"]
+    assert run is shell.user_ns["run"]
+    assert run.ok
+    assert re.fullmatch(
+        r"<saga trip finished: <SagaRun trip [0-9a-f]{32} committed: committed: Hold>>", repr(job)
+    )
+
+
+# -- --mock travel -------------------------------------------------------------------------------
+
+
+def test_mock_travel_binds_the_tools_and_reports_the_ledger(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, "%aegis_mock travel")
+    ok(
+        shell,
+        "from aegis_nb.mock.travel import travel_steps, trip_context\n"
+        "BookFlight, ReserveHotel, ChargeCard = travel_steps(travel)\n"
+        "trip = trip_context('4242424242424242')\n",
+    )
+    capsys.readouterr()
+    ok(
+        shell,
+        "%%aegis_saga --mock travel --context trip --name trip -o booked\n"
+        "BookFlight(destination='Lisbon')\nReserveHotel(city='Lisbon', nights=3)\nChargeCard\n",
+    )
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert "travel ledger: empty → 1 flight, 1 hotel, 1 charge ($" in out
+    assert shell.user_ns["booked"].ok
+    ok(
+        shell,
+        "%%aegis_saga --mock travel --context trip --name trip --fail ChargeCard='Card Declined!' "
+        "-o declined\n"
+        "BookFlight(destination='Porto')\nReserveHotel(city='Porto', nights=2)\nChargeCard\n",
+    )
+    out, err = capsys.readouterr()
+    assert "travel ledger unchanged: 1 flight, 1 hotel, 1 charge ($" in out
+    assert err == (
+        # The travel steps are in doubt, so the failed ChargeCard is undone too (by its idempotency key).
+        "SagaRolledBack: saga 'trip': Card Declined! — rolled back: ChargeCard, ReserveHotel, BookFlight\n"
+    )
+    ledger = shell.user_ns["travel"].ledger()
+    assert (len(ledger.state.flights), ledger.state.cancellations) == (1, 2)
+
+
+def test_unloading_stops_the_rewrite_and_loading_twice_registers_once(shell: InteractiveShell) -> None:
+    first = magics(shell)
+    ok(shell, "%reload_ext aegis_nb")
+    assert magics(shell) is first
+    assert shell.input_transformers_cleanup.count(blocking_transformer) == 1
+    ok(shell, "%unload_ext aegis_nb")
+    assert blocking_transformer not in shell.input_transformers_cleanup
+    assert shell.display_formatter.mimebundle_formatter.type_printers.get(SagaRun) is None
