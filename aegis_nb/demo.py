@@ -1,70 +1,82 @@
-"""The travel-agency demo of `make demo`: the documentation's saga three ways, traced event by event."""
+"""The travel-agency demo of `make demo`: the documentation's saga over MCP, three ways.
+
+A real MCP client calls the ``book_trip`` workflow of an `AegisMCP` server; its three steps call the
+mock travel agency's tools through their own client session. Each saga event arrives at the client
+as a progress notification and is printed as it happens; each scenario starts with an empty agency,
+whose ledger is printed after the run: full after a success, empty after a declined card and after a
+timeout.
+"""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import anyio
+from mcp import Client
+from mcp.types import RequestParamsMeta
 
-from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import SagaFailed
-from aegis_nb.saga.definition import SagaEntry
-from aegis_nb.saga.engine import WorkflowEngine
-from aegis_nb.saga.events import SagaEvent
-from aegis_nb.saga.trace import describe
+from aegis_nb.mock.agency import TravelAgency
+from aegis_nb.mock.faults import FaultPlan, Latency, ToolFaults
+from aegis_nb.mock.travel import travel_app
+from aegis_nb.server.deadline import TIMEOUT_META_KEY
 
+CARD = "4242424242424242"
 
-class BookFlight:
-    async def execute(self, ctx: AegisContext, destination: str) -> AegisContext:
-        await anyio.sleep(0.01)
-        return ctx.with_metadata({"flight_id": f"FLIGHT-{destination.upper()}-999"})
-
-    async def compensate(self, ctx: AegisContext, destination: str) -> None:
-        await anyio.sleep(0.005)
-
-
-class ReserveHotel:
-    def __init__(self, latency: float = 0.01) -> None:
-        self.latency = latency
-
-    async def execute(self, ctx: AegisContext, nights: int) -> AegisContext:
-        await anyio.sleep(self.latency)
-        return ctx.with_metadata({"hotel_id": f"HOTEL-{nights}N-42"})
-
-    async def compensate(self, ctx: AegisContext, nights: int) -> None:
-        await anyio.sleep(0.005)
+SCENARIOS: tuple[tuple[str, FaultPlan, float | None], ...] = (
+    ("all steps succeed", FaultPlan(), None),
+    ("the card is declined", FaultPlan({"charge_card": ToolFaults(declined=True)}), None),
+    (
+        "the hotel is slower than the client's 300 ms deadline",
+        FaultPlan({"reserve_hotel": ToolFaults(latency=Latency.fixed(1.0))}),
+        300.0,
+    ),
+)
 
 
-class ChargeCard:
-    def __init__(self, declined: bool = False) -> None:
-        self.declined = declined
+def ledger_lines(ledger: dict[str, Any]) -> list[str]:
+    """The agency's ledger, one line per kind of record."""
 
-    async def execute(self, ctx: AegisContext, amount: int) -> AegisContext:
-        await anyio.sleep(0.01)
-        if self.declined:
-            raise ValueError("Card Declined!")
-        return ctx.with_metadata({"charge_id": f"CHARGE-{amount}"})
+    def euros(cents: int) -> str:
+        return f"{cents / 100:.2f} EUR"
 
-    async def compensate(self, ctx: AegisContext, amount: int) -> None:
-        await anyio.sleep(0.005)
+    flights = [f"{b['booking_id']} {b['item']} to {b['place']}" for b in ledger["flights"]]
+    hotels = [f"{b['booking_id']} {b['item']}, {b['nights']} nights" for b in ledger["hotels"]]
+    charges = [
+        f"{c['charge_id']} {euros(c['amount_cents'])} on card ****{c['card_last4']}"
+        for c in ledger["charges"]
+    ]
+    return [
+        f"  flights : {', '.join(flights) or '-'}",
+        f"  hotels  : {', '.join(hotels) or '-'}",
+        f"  charges : {', '.join(charges) or '-'}  (held: {euros(ledger['balance_cents'])})",
+        f"  undone so far: {ledger['cancellations']} cancellations, {ledger['refunds']} refunds",
+    ]
 
 
-def _print_event(event: SagaEvent) -> None:
-    print(describe(event), flush=True)
+async def run_scenario(number: int, title: str, faults: FaultPlan, deadline_ms: float | None) -> None:
+    """Book a trip through a fresh agency with `faults`; print the events as they arrive, then the ledger."""
+    started = anyio.current_time()
+
+    async def show_progress(progress: float, total: float | None, message: str | None) -> None:
+        print(f"  {(anyio.current_time() - started) * 1000:7.1f} ms  {message}", flush=True)
+
+    print(f"\n=== {number}. {title}")
+    async with Client(travel_app(TravelAgency(faults=faults))) as client:
+        result = await client.call_tool(
+            "book_trip",
+            {"destination": "Lisbon", "nights": 3, "card_number": CARD},
+            progress_callback=show_progress,
+            meta=None if deadline_ms is None else cast(RequestParamsMeta, {TIMEOUT_META_KEY: deadline_ms}),
+        )
+        outcome = result.structured_content or {}
+        print(f"result ({'error' if result.is_error else 'ok'}): {outcome.get('summary')}")
+        ledger = await client.call_tool("list_bookings", {})
+    print("ledger:")
+    for line in ledger_lines(ledger.structured_content or {}):
+        print(line)
 
 
 async def run_demo() -> None:
-    """Run the three scenarios, printing each event as it happens."""
-    engine = WorkflowEngine(sinks=[_print_event])
-    scenarios = [
-        ("all steps succeed", ReserveHotel(), ChargeCard(), 5.0),
-        ("the card is declined", ReserveHotel(), ChargeCard(declined=True), 5.0),
-        ("the hotel is slower than the deadline", ReserveHotel(latency=1.0), ChargeCard(), 0.1),
-    ]
-    for title, hotel, card, deadline in scenarios:
-        print(f"\n=== {title} (deadline {deadline * 1000:.0f} ms)")
-        saga: list[SagaEntry] = [(BookFlight(), ("Lisbon",), {}), (hotel, (3,), {}), (card, (840,), {})]
-        ctx = AegisContext({"traveller": "demo"}).with_timeout(deadline)
-        try:
-            final = await engine.execute_saga(saga, ctx, name="book_vacation")
-            print(f"final metadata: {final.to_json()}")
-        except SagaFailed as exc:
-            print(f"{type(exc).__name__}: {exc}")
+    """Run the three scenarios, each against its own fresh mock agency."""
+    for number, (title, faults, deadline_ms) in enumerate(SCENARIOS, start=1):
+        await run_scenario(number, title, faults, deadline_ms)
