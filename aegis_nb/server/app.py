@@ -36,7 +36,7 @@ from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaCommitted, SagaEvent
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
 from aegis_nb.server.progress import RequestObserver
-from aegis_nb.server.results import WorkflowResult, committed_result, error_result, failed_result
+from aegis_nb.server.results import committed_result, error_result, failed_result, workflow_output_schema
 from aegis_nb.server.routing import observing, route_event
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -134,7 +134,7 @@ class AegisMCP(MCPServer[Any]):
             limit = self.workflow_timeout if timeout is _UNSET else check_timeout(timeout, "timeout")
             spec = Workflow(workflow_name, fn, limit)
             runner = self._workflow_runner(spec)
-            _publish_signature(runner, params[1:], WorkflowResult, workflow_name, fn.__doc__)
+            _publish_signature(runner, params[1:], dict[str, Any], workflow_name, fn.__doc__)
             self.add_tool(
                 runner,
                 name=workflow_name,
@@ -142,25 +142,33 @@ class AegisMCP(MCPServer[Any]):
                 description=description or inspect.getdoc(fn) or f"Saga workflow {workflow_name}.",
                 structured_output=True,
             )
+            # Publish WorkflowResult's schema, flattened (see workflow_output_schema). The runner builds
+            # its CallToolResult itself, so the SDK only checks that the structure is an object.
+            tool = self._tool_manager.get_tool(workflow_name)
+            assert tool is not None
+            tool.fn_metadata.output_schema = workflow_output_schema()
             self._workflows[workflow_name] = spec
             return fn
 
         return decorator
 
-    def _workflow_runner(self, spec: Workflow) -> Callable[..., Awaitable[CallToolResult | WorkflowResult]]:
+    def _workflow_runner(self, spec: Workflow) -> Callable[..., Awaitable[CallToolResult]]:
         app = self
 
-        async def run_workflow(**kwargs: Any) -> CallToolResult | WorkflowResult:
+        async def run_workflow(**kwargs: Any) -> CallToolResult:
             request: Context[Any, Any] = kwargs.pop(_REQUEST_PARAM)
             try:
                 deadline = request_deadline(_meta(request), spec.timeout)
             except InvalidRequestMeta as exc:
                 return error_result(str(exc))
             observer = RequestObserver()
-            outcome: CallToolResult | WorkflowResult = error_result("workflow did not finish")
+            outcome = error_result("workflow did not finish")
             with observing(observer, spec.name):
                 async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(observer.forward_progress, request.report_progress)
+                    # The session method itself: Context.report_progress resolves it anew on every call.
+                    tasks.start_soon(
+                        observer.forward_progress, request.request_context.session.report_progress
+                    )
                     try:
                         outcome = await app._invoke(spec, AegisContext(deadline=deadline), kwargs, observer)
                     finally:
@@ -175,7 +183,7 @@ class AegisMCP(MCPServer[Any]):
         ctx: AegisContext,
         arguments: dict[str, Any],
         observer: RequestObserver,
-    ) -> CallToolResult | WorkflowResult:
+    ) -> CallToolResult:
         started = anyio.current_time()
         try:
             returned = await spec.fn(ctx, **arguments)

@@ -1,17 +1,15 @@
 """Saga events as MCP progress notifications, and the per-request observer that routes them.
 
 Engine sinks are synchronous and must not block, while progress notifications are awaited sends.
-A `RequestObserver` records the request's events and buffers them in a memory stream; a task of the
-request drains the stream into ``ctx.report_progress``. Progress counts events (so it only grows,
+A `RequestObserver` records the request's events; a task of the request sends them on through
+``ctx.report_progress``. Progress counts events (so it only grows,
 as MCP requires, through compensation too); the message says what happens ("step 2 of 3:
 executing ReserveHotel", "compensating BookFlight").
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -72,34 +70,45 @@ def progress_message(event: SagaEvent, total_steps: int) -> str:
 
 
 class RequestObserver:
-    """Collects one request's saga events and hands them, in order, to a progress-sending task."""
+    """Collects one request's saga events and hands them, in order, to a progress-sending task.
+
+    The sink only appends and sets an event, so a burst of saga events wakes the sender once; the
+    engine's hot path pays a list append per event, not a channel hand-off.
+    """
 
     def __init__(self) -> None:
         self.events: list[SagaEvent] = []
-        self._send, self._receive = anyio.create_memory_object_stream[SagaEvent](math.inf)
         self._totals: dict[str, int] = {}
+        self._wake = anyio.Event()
+        self._closed = False
 
     def __call__(self, event: SagaEvent) -> None:
         self.events.append(event)
         if isinstance(event, SagaStarted):
             self._totals[event.run_id] = len(event.steps)
-        # Once the request is over (or its progress task was cancelled), events are only recorded.
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._send.send_nowait(event)
+        self._wake.set()
 
     def close(self) -> None:
-        """No more events: the progress task drains what is buffered, then ends."""
-        self._send.close()
+        """No more events: the progress task sends what is left, then ends."""
+        self._closed = True
+        self._wake.set()
 
     async def forward_progress(self, report: ReportProgress) -> None:
         """Send one progress notification per event until `close()`; a failed send stops forwarding."""
         sent = 0
-        async with self._receive:
-            async for event in self._receive:
-                message = progress_message(event, self._totals.get(event.run_id, 0))
+        while True:
+            await self._wake.wait()
+            # A fresh event before draining: whatever arrives while we send wakes the next round.
+            self._wake = anyio.Event()
+            while sent < len(self.events):
+                event = self.events[sent]
                 sent += 1
                 try:
-                    await report(float(sent), None, message)
+                    await report(
+                        float(sent), None, progress_message(event, self._totals.get(event.run_id, 0))
+                    )
                 except Exception:
                     logger.warning("progress notification failed; no more progress for this call")
                     return
+            if self._closed:
+                return

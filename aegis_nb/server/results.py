@@ -9,10 +9,13 @@ output schema too, so both outcomes share it).
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from mcp.types import CallToolResult, TextContent
+from pydantic import TypeAdapter
 from typing_extensions import TypedDict
 
 from aegis_nb.kernel.context import AegisContext
@@ -41,13 +44,44 @@ class WorkflowResult(TypedDict):
     report: dict[str, Any] | None
 
 
+@functools.cache
+def workflow_output_schema() -> dict[str, Any]:
+    """The JSON schema of `WorkflowResult`, with its ``$defs`` inlined.
+
+    Clients validate every structured result against the output schema; resolving ``$ref``s made
+    that cost more than the whole saga layer, so the published schema has none.
+    """
+    schema = TypeAdapter(WorkflowResult).json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(definitions[ref.removeprefix("#/$defs/")])
+            node = {key: inline(value) for key, value in node.items()}
+            branches = node.get("anyOf")
+            # anyOf of bare types (``X | None``) says the same as a list of types, checked far faster.
+            if isinstance(branches, list) and all(
+                set(b) <= {"type", "additionalProperties"} for b in branches
+            ):
+                node.pop("anyOf")
+                node["type"] = [b["type"] for b in branches]
+            return node
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    return dict(inline(schema))
+
+
 def committed_result(
     workflow: str, final: AegisContext | None, events: Sequence[SagaEvent], duration: float
-) -> WorkflowResult:
-    """The structured content of a workflow whose sagas committed (the last run's steps and metadata)."""
+) -> CallToolResult:
+    """A committed workflow: the last run's steps and final metadata, as structure and as JSON text."""
     run = _last_run(events)
     steps = _timings(run)
-    return WorkflowResult(
+    structured = WorkflowResult(
         status="committed",
         workflow=workflow,
         run_id=run[0].run_id if run else None,
@@ -56,6 +90,11 @@ def committed_result(
         steps=steps,
         duration_ms=_ms(duration),
         report=None,
+    )
+    # The text block repeats the structure as JSON, for clients that only read content.
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(structured))],
+        structured_content=dict(structured),
     )
 
 
