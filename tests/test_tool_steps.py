@@ -44,9 +44,7 @@ async def test_a_committed_trip_leaves_a_flight_a_hotel_and_a_charge() -> None:
         "booking_id": "FL-0001",
         "kind": "flight",
         "place": "Lisbon",
-        "item": flight_offers("Lisbon")[
-            [o["price_cents"] for o in flight_offers("Lisbon")].index(FLIGHT_PRICE)
-        ]["flight_no"],
+        "item": CHEAPEST["flight_no"],
         "price_cents": FLIGHT_PRICE,
         "status": "live",
     }
