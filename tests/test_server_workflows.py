@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
 from aegis_nb.kernel.context import AegisContext
@@ -463,3 +465,23 @@ def test_run_refuses_an_unknown_transport() -> None:
     with pytest.raises(ValueError, match="unknown transport 'carrier-pigeon': use 'stdio' or 'http'"):
         AegisMCP("x").run("carrier-pigeon")
     assert [t.value for t in Transport] == ["stdio", "http"]
+
+
+async def test_a_client_that_times_out_still_gets_the_world_rolled_back() -> None:
+    log: list[str] = []
+    rolled_back = anyio.Event()
+    app = AegisMCP("timeout")
+    app.workflow_engine.subscribe(
+        lambda event: rolled_back.set() if type(event).__name__ == "SagaCompensated" else None
+    )
+
+    @app.workflow()
+    async def book(ctx: AegisContext) -> AegisContext:
+        steps = [Book("BookFlight", log), Book("ReserveHotel", log, hang=True)]
+        return await app.workflow_engine.execute_saga(steps, ctx)
+
+    async with Client(app) as client:
+        with pytest.raises(MCPError, match=re.escape("Timed out after 0.2s waiting for 'tools/call'")):
+            await client.call_tool("book", {}, read_timeout_seconds=0.2)
+        await rolled_back.wait()
+    assert log == ["execute BookFlight", "execute ReserveHotel", "compensate BookFlight"]
