@@ -39,7 +39,12 @@ def _load_app(spec: str) -> Any:
     except AttributeError:
         raise SystemExit(f"aegis-nb serve: module {module_name!r} has no attribute {attribute!r}") from None
     if not isinstance(app, MCPServer) and callable(app):
-        app = app()
+        try:
+            app = app()
+        except TypeError as exc:
+            raise SystemExit(
+                f"aegis-nb serve: {spec!r} is not a server, nor a factory of one: {exc}"
+            ) from None
     if not isinstance(app, MCPServer):
         raise SystemExit(f"aegis-nb serve: {spec!r} is a {type(app).__name__}, not an MCP server")
     return app
