@@ -6,6 +6,8 @@ context metadata, so no view can leak a `Secret`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
 
@@ -107,12 +109,34 @@ def cause_line(model: SequenceModel) -> str | None:
     return f"{where}{error_text(model.cause)}"
 
 
+_LISTED = 8  # names listed in a summary before it says "N steps, first … last"
+
+
+def names(items: Sequence[object]) -> str:
+    """``A, B, C``, or ``1000 steps: A, B … Z`` when there are too many to list."""
+    if len(items) <= _LISTED:
+        return ", ".join(str(item) for item in items)
+    return f"{len(items)} steps: {items[0]}, {items[1]} … {items[-1]}"
+
+
 def summary(model: SequenceModel) -> str:
-    """One line a person can act on: the report's summary once final, the progress before."""
-    if model.report is not None:
-        return model.report.summary()
+    """One line a person can act on: like `SagaReport.summary`, with long step lists shortened."""
+    report = model.report
+    if report is not None:
+        reason = str(report.cause) if report.cause is not None else "failed"
+        undone = names(report.compensated) or "nothing to undo"
+        if not report.compensation_failures:
+            return f"{reason} — rolled back: {undone}"
+        standing = "; ".join(
+            f"{f.step} ({f.error}, after {f.attempts} attempt{'s' if f.attempts != 1 else ''})"
+            for f in report.compensation_failures[:_LISTED]
+        )
+        more = len(report.compensation_failures) - _LISTED
+        if more > 0:
+            standing += f"; and {more} more"
+        return f"{reason} — could not undo: {standing} — rolled back: {undone}"
     if model.status is SagaStatus.COMMITTED:
-        return f"committed: {', '.join(model.steps)}"
+        return f"committed: {names(model.steps)}"
     if not model.run_id:
         return "waiting for a saga to start"
     if model.status is SagaStatus.COMPENSATING:

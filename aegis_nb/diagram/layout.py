@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from aegis_nb.diagram.model import LaneState, Message, MessageKind, SequenceModel
 
@@ -48,12 +50,12 @@ class RowKind(enum.Enum):
     ROLLBACK = "rollback"
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(NamedTuple):
     """One line of the drawing.
 
     MESSAGE: one arrow to `lane`. FOLD: `count` arrows summarised by kind (`lane` is the folded lane,
     or ``None`` when rows of many lanes were folded). ROLLBACK: the "rollback triggered" note.
+    A named tuple: one is built per arrow per redraw.
     """
 
     kind: RowKind
@@ -77,17 +79,12 @@ def layout(
 ) -> Layout:
     """The lanes and rows to draw for `model`."""
     lanes, lane_of = _lanes(model, max_lanes)
-    forward: list[Row] = []
-    rollback: list[Row] = []
-    at = model.rollback_at
-    for i, message in enumerate(model.messages):
-        in_rollback = at is not None and i >= at
-        _add(rollback if in_rollback else forward, lanes, lane_of[message.step], message, in_rollback)
-    folded_rows = 0
-    forward, n = _cap(forward, max_rows, in_rollback=False)
-    folded_rows += n
+    at = len(model.messages) if model.rollback_at is None else model.rollback_at
+    forward = _section(model.messages[:at], lanes, lane_of, in_rollback=False)
+    rollback = _section(model.messages[at:], lanes, lane_of, in_rollback=True)
+    forward, folded_rows = _cap(forward, max_rows, in_rollback=False)
     rows = forward
-    if at is not None:
+    if model.rollback_at is not None:
         rollback, n = _cap(rollback, max_rows, in_rollback=True)
         folded_rows += n
         rows = [*forward, Row(RowKind.ROLLBACK, True), *rollback]
@@ -125,23 +122,43 @@ def _lanes(model: SequenceModel, max_lanes: int) -> tuple[list[Lane], list[int]]
     return lanes, lane_of
 
 
-def _add(rows: list[Row], lanes: list[Lane], lane: int, message: Message, in_rollback: bool) -> None:
-    if lanes[lane].kind is not LaneKind.FOLD:
+def _section(
+    messages: Sequence[Message], lanes: list[Lane], lane_of: list[int], *, in_rollback: bool
+) -> list[Row]:
+    """One row per message; consecutive messages to the same folded lane become one fold row."""
+    rows: list[Row] = []
+    group: list[Message] = []
+    group_lane = -1
+    for message in messages:
+        lane = lane_of[message.step]
+        if lanes[lane].kind is LaneKind.FOLD:
+            if group and group_lane != lane:
+                rows.append(_summarise(group_lane, in_rollback, group))
+                group = []
+            group_lane = lane
+            group.append(message)
+            continue
+        if group:
+            rows.append(_summarise(group_lane, in_rollback, group))
+            group = []
         rows.append(Row(RowKind.MESSAGE, in_rollback, lane, message))
-        return
-    last = rows[-1] if rows else None
-    if last is not None and last.kind is RowKind.FOLD and last.lane == lane:
-        rows[-1] = _merge(last, ((message.kind, 1),))
-    else:
-        rows.append(Row(RowKind.FOLD, in_rollback, lane, None, 1, ((message.kind, 1),)))
+    if group:
+        rows.append(_summarise(group_lane, in_rollback, group))
+    return rows
 
 
-def _merge(row: Row, kinds: tuple[tuple[MessageKind, int], ...]) -> Row:
-    counts = Counter(dict(row.kinds))
-    for kind, count in kinds:
-        counts[kind] += count
-    ordered = tuple((kind, counts[kind]) for kind in MessageKind if counts[kind])
-    return Row(row.kind, row.in_rollback, row.lane, None, row.count + sum(c for _, c in kinds), ordered)
+def _summarise(lane: int | None, in_rollback: bool, items: Iterable[Row | Message]) -> Row:
+    """One fold row standing for `items` (messages, rows and earlier folds), counted by kind."""
+    counts: Counter[MessageKind] = Counter()
+    for item in items:
+        if isinstance(item, Message):
+            counts[item.kind] += 1
+        elif item.message is not None:
+            counts[item.message.kind] += 1
+        else:
+            counts.update(dict(item.kinds))
+    kinds = tuple((kind, counts[kind]) for kind in MessageKind if counts[kind])
+    return Row(RowKind.FOLD, in_rollback, lane, None, sum(counts.values()), kinds)
 
 
 def _cap(rows: list[Row], max_rows: int, *, in_rollback: bool) -> tuple[list[Row], int]:
@@ -151,8 +168,5 @@ def _cap(rows: list[Row], max_rows: int, *, in_rollback: bool) -> tuple[list[Row
     head = min(_KEEP_HEAD_ROWS, max_rows // 3)
     tail = max_rows - head - 1
     middle = rows[head : len(rows) - tail]
-    summary = Row(RowKind.FOLD, in_rollback, None, None, 0, ())
-    for row in middle:
-        kinds = ((row.message.kind, 1),) if row.message is not None else row.kinds
-        summary = _merge(summary, kinds)
+    summary = _summarise(None, in_rollback, middle)
     return [*rows[:head], summary, *rows[len(rows) - tail :]], len(middle)

@@ -1,0 +1,167 @@
+"""`LiveView`: a sequence diagram that redraws itself while a saga runs and rolls back.
+
+The view is an engine sink: it records each event (cheap, on the engine's hot path) and lets a
+`Coalescer` decide when to fold and redraw, at most about 20 times per second and always once more
+at the end. When the run ends, its live output is replaced through the display handle by
+the static rendering (an ``<img>`` plus text), which a saved notebook keeps; `replay()` then gives a
+slider over the finished run's events.
+
+Typical use (what a magic does)::
+
+    view = LiveView().show()
+    run = await engine.run_saga(steps, ctx, sinks=[view])   # or: view.attach(engine)
+    view.flush()                                           # static diagram in place now
+    run                                                    # the same static diagram
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets  # type: ignore[import-untyped]
+
+from aegis_nb.diagram import SequenceBuilder, SequenceModel, render_svg
+from aegis_nb.notebook.coalesce import DEFAULT_INTERVAL, Coalescer, Scheduler
+from aegis_nb.notebook.display import current_shell, register_display
+from aegis_nb.notebook.render import live_html
+from aegis_nb.notebook.replay import ReplayView
+from aegis_nb.notebook.static import Bundle, static_bundle
+from aegis_nb.notebook.surface import JupyterSurface, Surface
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.events import FINAL_EVENT_TYPES, SagaEvent, SagaStarted
+from aegis_nb.saga.trace import describe
+
+DEFAULT_LOG_LINES = 8
+
+
+class LiveView:
+    """A live diagram of one saga run at a time; call it with events (it is an engine `Sink`).
+
+    As a sink it only records the event and pokes the coalescer: folding, rendering and sending happen
+    in the flushes, on the event loop, so the saga is not slowed by its own picture. `interval` bounds
+    the redraw rate; `scheduler` (clock and timer) and `surface` (where it is displayed) are injectable
+    so tests drive time and output by hand. With `static_at_end` the live output becomes the static
+    rendering at the first flush after its run ended; `flush()` does that at once.
+    """
+
+    def __init__(
+        self,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        scheduler: Scheduler | None = None,
+        surface: Surface | None = None,
+        log_lines: int = DEFAULT_LOG_LINES,
+        static_at_end: bool = True,
+    ) -> None:
+        self._run_id: str | None = None
+        self._ended = True  # no run yet: the next SagaStarted begins one
+        self._events: list[SagaEvent] = []
+        self._builder = SequenceBuilder()
+        self._folded = 0  # how many of `_events` the builder has seen
+        self._finished: tuple[SagaEvent, ...] = ()
+        self._log_lines = max(1, log_lines)
+        self._surface: Surface = surface if surface is not None else JupyterSurface()
+        self._static_at_end = static_at_end
+        self._live = False  # a live output is on screen and not yet replaced
+        waiting = live_html(self._builder.snapshot(), ["waiting for a saga to start"])
+        self._html = ipywidgets.HTML(value=waiting)
+        self.widget = ipywidgets.VBox([self._html])
+        """The ipywidgets view (a VBox with the CSS class ``aegis-live``)."""
+        self.widget.add_class("aegis-live")
+        self._coalescer = Coalescer(self._redraw, interval=interval, scheduler=scheduler)
+
+    # -- showing --------------------------------------------------------------------------------
+
+    def show(self) -> LiveView:
+        """Display the live widget as a new output (done automatically when a run starts)."""
+        shell = current_shell()
+        if shell is not None:
+            register_display(shell)
+        self._surface.show(self.widget)
+        self._live = True
+        return self
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        return self.widget._repr_mimebundle_(include=include, exclude=exclude)
+
+    # -- observing ------------------------------------------------------------------------------
+
+    def attach(self, engine: WorkflowEngine) -> LiveView:
+        """Follow every run of `engine` (one at a time) until `detach`."""
+        engine.subscribe(self)
+        return self
+
+    def detach(self, engine: WorkflowEngine) -> None:
+        engine.unsubscribe(self)
+
+    def __call__(self, event: SagaEvent) -> None:
+        """The sink: record `event`, and have the view redrawn soon (right away after the last one)."""
+        if event.run_id != self._run_id:
+            if not (self._ended and isinstance(event, SagaStarted)):
+                return  # another run, while this view follows one
+            self._start(event)
+        self._events.append(event)
+        if type(event) in FINAL_EVENT_TYPES:
+            self._ended = True
+            self._coalescer.finish()
+        else:
+            self._coalescer.poke()
+
+    def _start(self, event: SagaStarted) -> None:
+        if self._coalescer.pending:
+            self._coalescer.flush_now()  # the previous run's last redraw (and static swap) first
+        self._run_id = event.run_id
+        self._ended = False
+        self._events = []
+        self._builder = SequenceBuilder()
+        self._folded = 0
+        if not self._live:
+            self.show()
+
+    def flush(self) -> None:
+        """Bring the view up to date now (and, once its run ended, swap in the static rendering)."""
+        self._coalescer.flush_now()
+
+    def _catch_up(self) -> None:
+        events, builder = self._events, self._builder
+        for event in events[self._folded :]:
+            builder.feed(event)
+        self._folded = len(events)
+
+    def _redraw(self) -> None:
+        self._catch_up()
+        model = self._builder.snapshot()
+        svg = render_svg(model)
+        recent = [describe(event) for event in self._events[-self._log_lines :]]
+        self._html.value = live_html(model, recent, earlier=len(self._events) - len(recent), svg=svg)
+        if self._ended and self._run_id is not None:
+            self._finished = tuple(self._events)
+            if self._static_at_end and self._live:
+                self._surface.replace(static_bundle(model, svg=svg))
+                self._live = False
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def model(self) -> SequenceModel:
+        """The current run's sequence model (immutable snapshot)."""
+        self._catch_up()
+        return self._builder.snapshot()
+
+    @property
+    def events(self) -> tuple[SagaEvent, ...]:
+        """The current run's events so far."""
+        return tuple(self._events)
+
+    @property
+    def redraws(self) -> int:
+        """How many times the widget was redrawn (each is one message to the front end)."""
+        return self._coalescer.flushes
+
+    def static_bundle(self) -> Bundle:
+        """The current diagram as the static bundle (``<img>`` data URI plus text)."""
+        return static_bundle(self.model)
+
+    def replay(self) -> ReplayView:
+        """A slider over the last finished run's events (the current run's, if none finished)."""
+        return ReplayView(self._finished or tuple(self._events))
