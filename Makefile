@@ -33,6 +33,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(CLIENTS)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval notebooks/ --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -463,3 +463,23 @@ def test_unloading_stops_the_rewrite_and_loading_twice_registers_once(shell: Int
     ok(shell, "%unload_ext aegis_nb")
     assert blocking_transformer not in shell.input_transformers_cleanup
     assert shell.display_formatter.mimebundle_formatter.type_printers.get(SagaRun) is None
+
+
+def test_watch_draws_every_saga_of_an_engine_in_the_running_cell(shell: InteractiveShell) -> None:
+    ok(shell, BOOK_FLIGHT)
+    ok(shell, "from aegis_nb import WorkflowEngine\nengine = WorkflowEngine()")
+    ok(shell, "%aegis_watch engine")
+    ok(shell, "await engine.run_saga([(BookFlight, ('Oslo',), {})], name='watched')")
+    shown = displays(shell)
+    assert [sorted(d["data"]) for d in shown] == [
+        [WIDGET_MIME, "text/plain"],
+        ["text/plain"],
+        ["text/html", "text/plain"],
+    ]
+    assert shown[2]["data"]["text/plain"].startswith("watched — COMMITTED")
+    ok(shell, "%aegis_watch --stop engine")
+    ok(shell, "await engine.run_saga([(BookFlight, ('Oslo',), {})], name='unwatched')")
+    assert len(displays(shell)) == 3
+    assert usage_error(shell, "%aegis_watch BookFlight") == (
+        "%aegis_watch BookFlight: expected a WorkflowEngine or an AegisMCP app, got FunctionStep"
+    )

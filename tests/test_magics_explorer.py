@@ -85,3 +85,19 @@ def test_each_press_reads_the_controls_and_keeps_the_previous_outcome(
     assert history.index("<td>1</td>") < history.index("<td>2</td>") < history.index("<td>3</td>")
     assert not view.run_button.disabled
     assert shell.user_ns["last"] is view.trials[2].run
+
+
+def test_the_history_is_sorted_by_deadline_so_the_flip_is_plain(
+    explorer: tuple[InteractiveShell, SagaExplorer],
+) -> None:
+    _, view = explorer
+    assert repr(view.history()) == "no runs yet: press Run"
+    view.latency["ChargeCard"].value = 0.2
+    for deadline in (0.5, 0.1, 0.3):
+        view.deadline.value = deadline
+        view.run_button.click()
+    assert repr(view.history()) == (
+        "run 2: deadline 0.1 s · latency: ChargeCard 0.2 s → rolled back\n"
+        "run 3: deadline 0.3 s · latency: ChargeCard 0.2 s → committed\n"
+        "run 1: deadline 0.5 s · latency: ChargeCard 0.2 s → committed"
+    )

@@ -145,6 +145,7 @@ class SagaExplorer:
         self._current.children = (view.widget,)
         try:
             outcome = await self._runner.run(self._plan, settings, sinks=(view,))
+            view.flush()
         finally:
             self.run_button.disabled = False
         trial = Trial(
@@ -175,6 +176,10 @@ class SagaExplorer:
 
     # -- showing --------------------------------------------------------------------------------
 
+    def history(self) -> History:
+        """The trials so far, sorted by deadline, as a table that displays itself."""
+        return History(tuple(self.trials))
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
         names = ", ".join(self._plan.names)
@@ -186,6 +191,25 @@ def _trial_html(trial: Trial) -> str:
     bundle = run_bundle(trial.run)
     caption = f"run {trial.number}: {escape(trial.settings_text())}"
     return f'<div style="font-size:12px;color:#475569">{caption}</div>{bundle["text/html"]}'
+
+
+class History:
+    """Trials sorted by deadline (``text/html`` and ``text/plain``): where the outcome flips is plain."""
+
+    __slots__ = ("trials",)
+
+    def __init__(self, trials: tuple[Trial, ...]) -> None:
+        self.trials = trials
+
+    def __repr__(self) -> str:
+        lines = []
+        for trial in sorted(self.trials, key=lambda t: (t.deadline, t.number)):
+            status = trial.run.status.value.replace("_", " ")
+            lines.append(f"run {trial.number}: {trial.settings_text()} → {status}")
+        return "\n".join(lines) or "no runs yet: press Run"
+
+    def _repr_html_(self) -> str:
+        return history_html(list(self.trials))
 
 
 def history_html(trials: list[Trial]) -> str:

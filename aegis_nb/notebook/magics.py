@@ -46,6 +46,7 @@ class AegisMagics(Magics):
         """Steps defined by ``%%aegis_step``, by name."""
         self.engine = WorkflowEngine()
         self._tools: MockTools | None = None
+        self._watching: dict[int, LiveView] = {}
         self.runner = SagaRunner(self.engine, self.namespace, self.mock_tools)
 
     def mock_tools(self) -> MockTools:
@@ -109,6 +110,7 @@ class AegisMagics(Magics):
         self.runner.bind_mock(settings.mock)
         view = LiveView(surface=CellSurface()).show()
         outcome = await self.runner.run(plan, settings, sinks=(view,))
+        view.flush()  # the static diagram now, in this cell, not on the loop's next turn
         if outcome.ledger is not None:
             print(outcome.ledger, flush=True)
         self._bind(options.output, outcome.run)
@@ -129,6 +131,7 @@ class AegisMagics(Magics):
 
         async def job() -> SagaRun:
             outcome = await self.runner.run(plan, settings, sinks=(view,))
+            view.flush()
             self._bind(output, outcome.run)
             return outcome.run
 
@@ -162,6 +165,27 @@ class AegisMagics(Magics):
         report = await rehearse(self.runner, plan, settings, hang_timeout=options.timeout)
         self._bind(options.output, report)
         return report
+
+    # -- %aegis_watch ---------------------------------------------------------------------------
+
+    @line_magic
+    def aegis_watch(self, line: str) -> None:
+        """``%aegis_watch ENGINE`` draws every saga that engine runs (an `AegisMCP` app's, too) live.
+
+        The diagram appears in whichever cell is running when a saga starts, e.g. the cell whose MCP
+        client calls a workflow. ``%aegis_watch --stop ENGINE`` stops drawing.
+        """
+        words = line.split()
+        stop = "--stop" in words
+        names = [word for word in words if word != "--stop"]
+        if len(names) != 1 or any(word.startswith("-") for word in names):
+            raise UsageError("%aegis_watch ENGINE (a WorkflowEngine or an AegisMCP app), or --stop ENGINE")
+        engine = _engine_of(names[0], self.namespace.get(names[0]))
+        view = self._watching.pop(id(engine), None)
+        if view is not None:
+            view.detach(engine)
+        if not stop:
+            self._watching[id(engine)] = LiveView(surface=CellSurface()).attach(engine)
 
     # -- %aegis_mock ----------------------------------------------------------------------------
 
@@ -202,6 +226,15 @@ class AegisMagics(Magics):
     def _bind(self, variable: str | None, value: object) -> None:
         if variable is not None:
             self.namespace[variable] = value
+
+
+def _engine_of(name: str, value: object) -> WorkflowEngine:
+    engine = getattr(value, "workflow_engine", value)
+    if not isinstance(engine, WorkflowEngine):
+        raise UsageError(
+            f"%aegis_watch {name}: expected a WorkflowEngine or an AegisMCP app, got {type(value).__name__}"
+        )
+    return engine
 
 
 def _loop_running() -> bool:

@@ -80,7 +80,8 @@ def ledger_summary(state: LedgerState) -> str:
     live = [part for part in parts if part]
     if not live:
         return "empty"
-    return f"{', '.join(live)} ({dollars(state.balance_cents)} held)"
+    held = f" ({dollars(state.balance_cents)} held)" if state.balance_cents else ""
+    return f"{', '.join(live)}{held}"
 
 
 def ledger_change(before: LedgerState, after: LedgerState) -> str:
