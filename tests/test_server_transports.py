@@ -75,12 +75,50 @@ EXPECTED_DOC_REPORT = {
 }
 
 
+DOC_PROGRESS = [
+    "book_vacation started: BookFlightStep -> ChargeCardStep",
+    "step 1 of 2: executing BookFlightStep",
+    "step 1 of 2: BookFlightStep done",
+    "step 2 of 2: executing ChargeCardStep",
+    "step 2 of 2: ChargeCardStep failed: Card Declined!",
+    "compensating BookFlightStep",
+    "BookFlightStep undone",
+    f"book_vacation rolled back: {DOC_REPORT_TEXT}",
+]
+
+
+class ProgressLog:
+    """A progress callback that keeps what arrives and says when `expected` notifications are in.
+
+    The client runs each callback in a task of its own, so they may finish after the call returns,
+    and (on trio) in any order: the progress value gives the order.
+    """
+
+    def __init__(self, expected: int) -> None:
+        self.received: list[tuple[float, str | None]] = []
+        self.expected = expected
+        self.complete = anyio.Event()
+
+    async def __call__(self, value: float, total: float | None, message: str | None) -> None:
+        self.received.append((value, message))
+        if len(self.received) == self.expected:
+            self.complete.set()
+
+    async def messages(self) -> list[str | None]:
+        with anyio.fail_after(10):
+            await self.complete.wait()
+        return [message for _, message in sorted(self.received)]
+
+
 async def test_the_documentation_example_served_by_app_run_over_stdio() -> None:
+    on_progress = ProgressLog(len(DOC_PROGRESS))
+
     with tempfile.TemporaryFile("w+") as errlog:
         params = stdio(str(SERVERS / "doc_travel_agent.py"))
         async with Client(stdio_client(params, errlog=errlog)) as client:
             tools = [tool.name for tool in (await client.list_tools()).tools]
-            result = await client.call_tool("book_vacation", {})
+            result = await client.call_tool("book_vacation", {}, progress_callback=on_progress)
+            messages = await on_progress.messages()
         errlog.seek(0)
         output = errlog.read().splitlines()
     # The steps' print() lines reach the server's output (stderr: stdout carries the protocol), in order.
@@ -94,12 +132,17 @@ async def test_the_documentation_example_served_by_app_run_over_stdio() -> None:
     assert result.content == [TextContent(type="text", text=DOC_REPORT_TEXT)]
     assert result.structured_content is not None
     assert doc_report(result.structured_content) == EXPECTED_DOC_REPORT
+    assert messages == DOC_PROGRESS
+    assert [value for value, _ in sorted(on_progress.received)] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
 
 
 async def test_the_documentation_example_served_over_http_by_aegis_nb_serve() -> None:
+    on_progress = ProgressLog(len(DOC_PROGRESS))
+
     async with http_server("serve", "tests.servers.doc_travel_agent:app") as url, Client(url) as client:
         tools = [tool.name for tool in (await client.list_tools()).tools]
-        result = await client.call_tool("book_vacation", {})
+        result = await client.call_tool("book_vacation", {}, progress_callback=on_progress)
+        assert await on_progress.messages() == DOC_PROGRESS
     assert tools == ["book_vacation"]
     assert result.is_error is True
     assert result.content == [TextContent(type="text", text=DOC_REPORT_TEXT)]

@@ -77,9 +77,8 @@ class ToolPairStep:
         else:
             tool_args = dict(kwargs)
         self._add_key(ctx, tool_args)
-        result = await _EXECUTOR.run_named(
-            self.name, ctx, self.session.call_tool, self.execute_tool, tool_args
-        )
+        # No scope of our own: the engine already holds the forward deadline for the whole saga.
+        result = await self.session.call_tool(self.execute_tool, tool_args)
         return ctx.with_metadata({self.result_key: result})
 
     async def compensate(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> None:
@@ -89,6 +88,7 @@ class ToolPairStep:
         else:
             tool_args = {}
             self._add_key(ctx, tool_args)
+        # A compensation gets an exact budget in its context; the engine's backstop is looser.
         await _EXECUTOR.run_named(
             f"{self.name}.compensate", ctx, self.session.call_tool, self.compensate_tool, tool_args
         )
