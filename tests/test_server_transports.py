@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 
 from aegis_nb.kernel.errors import SagaRolledBack
@@ -148,6 +150,44 @@ async def test_the_documentation_example_served_over_http_by_aegis_nb_serve() ->
     assert result.content == [TextContent(type="text", text=DOC_REPORT_TEXT)]
     assert result.structured_content is not None
     assert doc_report(result.structured_content) == EXPECTED_DOC_REPORT
+
+
+class LineReader:
+    """The server's stderr through a pipe, read line by line in a worker thread (no polling)."""
+
+    def __init__(self) -> None:
+        read_fd, write_fd = os.pipe()
+        self.errlog = os.fdopen(write_fd, "w")
+        self._reader = os.fdopen(read_fd)
+
+    async def wait_for(self, line: str) -> None:
+        with anyio.fail_after(30):
+            while (got := await anyio.to_thread.run_sync(self._reader.readline)) != f"{line}\n":
+                assert got, f"the server exited before printing {line!r}"
+
+    def close(self) -> None:
+        self.errlog.close()
+        self._reader.close()
+
+
+@pytest.mark.parametrize("stop", ["cancel", "timeout"])
+async def test_a_client_that_stops_waiting_over_stdio_still_gets_the_world_rolled_back(stop: str) -> None:
+    output = LineReader()
+    try:
+        params = stdio(str(SERVERS / "hanging_agent.py"))
+        async with Client(stdio_client(params, errlog=output.errlog)) as client:
+            if stop == "cancel":
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(client.call_tool, "book_vacation", {})
+                    await output.wait_for("Reserving hotel...")
+                    tasks.cancel_scope.cancel()
+            else:
+                with pytest.raises(MCPError, match=r"^Request 'tools/call' timed out$"):
+                    await client.call_tool("book_vacation", {}, read_timeout_seconds=0.5)
+            # No response comes; the server still undoes the flight.
+            await output.wait_for("Canceling flight FLIGHT_999...")
+    finally:
+        output.close()
 
 
 @asynccontextmanager
