@@ -13,6 +13,7 @@ from aegis_nb.mock.ledger import (
     LedgerState,
     Undo,
 )
+from aegis_nb.mock.travel import travel_agent, travel_app, travel_saga, travel_steps, trip_context
 
 __all__ = [
     "AGENCY_TOOLS",
@@ -34,4 +35,9 @@ __all__ = [
     "Undo",
     "flight_offers",
     "hotel_rate_cents",
+    "travel_agent",
+    "travel_app",
+    "travel_saga",
+    "travel_steps",
+    "trip_context",
 ]

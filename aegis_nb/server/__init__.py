@@ -1,5 +1,22 @@
-"""Server layer: `AegisMCP`, an MCP server (official `mcp` SDK) that serves tools and saga workflows."""
+"""Server layer: `AegisMCP` (workflows as MCP tools), tool sessions and tool-pair steps, on the `mcp` SDK."""
 
-from aegis_nb.server.app import AegisMCP
+from aegis_nb.server.app import AegisMCP, Transport, Workflow
+from aegis_nb.server.deadline import TIMEOUT_META_KEY, InvalidRequestMeta
+from aegis_nb.server.results import StepTiming, WorkflowResult
+from aegis_nb.server.session import ToolCaller, ToolSession, connect, unwrap_result
+from aegis_nb.server.tool_step import ToolPairStep
 
-__all__ = ["AegisMCP"]
+__all__ = [
+    "TIMEOUT_META_KEY",
+    "AegisMCP",
+    "InvalidRequestMeta",
+    "StepTiming",
+    "ToolCaller",
+    "ToolPairStep",
+    "ToolSession",
+    "Transport",
+    "Workflow",
+    "WorkflowResult",
+    "connect",
+    "unwrap_result",
+]
