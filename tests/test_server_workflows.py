@@ -485,3 +485,11 @@ async def test_a_client_that_times_out_still_gets_the_world_rolled_back() -> Non
             await client.call_tool("book", {}, read_timeout_seconds=0.2)
         await rolled_back.wait()
     assert log == ["execute BookFlight", "execute ReserveHotel", "compensate BookFlight"]
+
+
+async def test_a_workflow_can_be_called_without_a_client() -> None:
+    result = await travel_server([]).call_tool("book_vacation", {"destination": "Oslo", "nights": 1})
+    assert isinstance(result, CallToolResult)
+    assert result.is_error is False
+    assert result.structured_content is not None
+    assert result.structured_content["summary"] == "committed: BookFlight, ReserveHotel"

@@ -35,7 +35,7 @@ from aegis_nb.kernel.report import scrub
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaCommitted, SagaEvent
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
-from aegis_nb.server.progress import RequestObserver
+from aegis_nb.server.progress import ReportProgress, RequestObserver
 from aegis_nb.server.results import committed_result, error_result, failed_result, workflow_output_schema
 from aegis_nb.server.routing import observing, route_event
 
@@ -165,10 +165,7 @@ class AegisMCP(MCPServer[Any]):
             outcome = error_result("workflow did not finish")
             with observing(observer, spec.name):
                 async with anyio.create_task_group() as tasks:
-                    # The session method itself: Context.report_progress resolves it anew on every call.
-                    tasks.start_soon(
-                        observer.forward_progress, request.request_context.session.report_progress
-                    )
+                    tasks.start_soon(observer.forward_progress, _progress_reporter(request))
                     try:
                         outcome = await app._invoke(spec, AegisContext(deadline=deadline), kwargs, observer)
                     finally:
@@ -305,6 +302,18 @@ def _meta(request: Context[Any, Any] | None) -> Mapping[str, Any] | None:
     except ValueError:  # called outside a request (e.g. MCPServer.call_tool without a context)
         return None
     return cast(Mapping[str, Any] | None, meta)
+
+
+def _progress_reporter(request: Context[Any, Any]) -> ReportProgress:
+    """The session's progress sender (resolved once: `Context.report_progress` looks it up per call)."""
+    try:
+        return request.request_context.session.report_progress
+    except ValueError:  # called outside a request (MCPServer.call_tool without a context)
+        return _no_progress
+
+
+async def _no_progress(progress: float, total: float | None, message: str | None) -> None:
+    return None
 
 
 def _final_context(returned: object, events: list[SagaEvent]) -> AegisContext | None:
