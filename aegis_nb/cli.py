@@ -1,4 +1,4 @@
-"""`aegis-nb`: the command line (demo, serve, mock; later recover, runs, lab). Top layer: imports anything."""
+"""`aegis-nb`: the command line (demo, serve, mock, runs, recover; later lab). Top layer: imports anything."""
 
 from __future__ import annotations
 
@@ -79,6 +79,87 @@ def _mock(args: argparse.Namespace) -> int:
     return _serve_app(agency.server, args)
 
 
+def _runs(args: argparse.Namespace) -> int:
+    """List a journal's runs with their status, or replay one run's events as text."""
+    import datetime
+
+    from aegis_nb.saga.durable import JournalError, read_run, read_runs
+    from aegis_nb.saga.trace import describe
+
+    try:
+        if args.run:
+            for event in read_run(args.journal, args.run).events:
+                print(describe(event))
+            return 0
+        runs = read_runs(args.journal)
+    except KeyError:
+        print(f"aegis-nb runs: no run {args.run!r} in {args.journal}", file=sys.stderr)
+        return 2
+    except JournalError as exc:
+        print(f"aegis-nb runs: {exc}", file=sys.stderr)
+        return 2
+    print(f"{'run':32}  {'saga':20}  {'status':11}  events  recovered  updated (UTC)")
+    for run in runs:
+        updated = datetime.datetime.fromtimestamp(run.updated, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        recovered = f"{run.recoveries}x" if run.recoveries else "-"
+        status = run.status.value
+        print(f"{run.run_id:32}  {run.saga[:20]:20}  {status:11}  {run.events:6}  {recovered:>9}  {updated}")
+    return 0
+
+
+def _recover(args: argparse.Namespace) -> int:
+    """Finish the unfinished runs of a journal, rebuilding steps as the app `module:app` defines them."""
+    import importlib
+
+    import anyio
+
+    from aegis_nb.saga.durable import JournalError, RecoveryIncomplete, SqliteJournal
+    from aegis_nb.saga.engine import WorkflowEngine
+    from aegis_nb.saga.trace import describe
+
+    module_name, _, attribute = args.app.partition(":")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        app = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"aegis-nb recover: cannot load {args.app!r}: {exc}") from None
+    if not isinstance(app, WorkflowEngine) and not hasattr(app, "workflow_engine") and callable(app):
+        app = app()
+    engine = app if isinstance(app, WorkflowEngine) else getattr(app, "workflow_engine", None)
+    if not isinstance(engine, WorkflowEngine):
+        raise SystemExit(f"aegis-nb recover: {args.app!r} is neither an AegisMCP app nor a WorkflowEngine")
+    registered = engine.journal.resolver.registry if isinstance(engine.journal, SqliteJournal) else {}
+    journal = SqliteJournal(args.journal, steps=registered, main_module=module_name)
+    recovering = WorkflowEngine(
+        compensation_retry=engine.compensation_retry,
+        compensation_budget=engine.compensation_budget,
+        journal=journal,
+        sinks=[lambda event: print(describe(event), flush=True)],
+    )
+
+    async def recover() -> int:
+        async with journal:
+            try:
+                runs = await recovering.recover()
+            except RecoveryIncomplete as exc:
+                print(f"aegis-nb recover: {exc}", file=sys.stderr)
+                runs = exc.runs
+                left = len(exc.problems)
+            else:
+                left = 0
+        stuck = sum(1 for run in runs if run.report.left_standing)
+        summary = f"{len(runs) - stuck} rolled back, {stuck} stuck; {left} left unfinished"
+        print(f"recovered {len(runs)} run(s): {summary}")
+        return 1 if stuck or left else 0
+
+    try:
+        return anyio.run(recover)
+    except JournalError as exc:
+        print(f"aegis-nb recover: {exc}", file=sys.stderr)
+        return 2
+
+
 def _add_transport_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP host (default 127.0.0.1)")
@@ -99,6 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--faults", help='fault plan as JSON, e.g. \'{"charge_card": {"declined": true}}\'')
     _add_transport_options(mock)
     mock.set_defaults(handler=_mock)
+    runs = commands.add_parser("runs", help="list the runs of a durable journal, or replay one")
+    runs.add_argument("--journal", required=True, help="the SQLite journal file")
+    runs.add_argument("--run", help="print this run's events, recovery included")
+    runs.set_defaults(handler=_runs)
+    recover = commands.add_parser("recover", help="roll back the runs a crash left unfinished in a journal")
+    recover.add_argument("--journal", required=True, help="the SQLite journal file")
+    recover.add_argument("app", help="module:app (an AegisMCP app or WorkflowEngine) whose steps to rebuild")
+    recover.set_defaults(handler=_recover)
     return parser
 
 

@@ -1,0 +1,116 @@
+"""`aegis-nb runs` and `aegis-nb recover` on a real journal file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aegis_nb import WorkflowEngine
+from aegis_nb.cli import main
+from aegis_nb.saga.definition import SagaEntry
+from aegis_nb.saga.durable import SqliteJournal, read_runs
+from tests.durable_support import Crash, CrashingJournal
+from tests.test_journal_sqlite import Hold, Note, lines
+
+ENGINE = WorkflowEngine()
+"""The "app" `aegis-nb recover` loads: its steps are found by import path, so it needs no journal."""
+
+
+def crashed_journal(path: Path, logfile: Path) -> None:
+    """One committed run ("done"), and one ("half") killed after its second step succeeded."""
+
+    async def scenario() -> None:
+        saga: list[SagaEntry] = [(Note(), (str(logfile),), {}), (Hold(1), (str(logfile),), {})]
+        async with SqliteJournal(path) as journal:
+            await WorkflowEngine(journal=journal).run_saga(saga, name="trip", run_id="done")
+        with pytest.raises(Crash):
+            # 0 start, 1-2 Note, 3 Hold started (in doubt), 4 Hold succeeded, 5 commit: dies there.
+            await WorkflowEngine(journal=CrashingJournal(SqliteJournal(path), 5)).run_saga(
+                saga, name="trip", run_id="half"
+            )
+
+    anyio.run(scenario)
+
+
+def table(text: str) -> list[list[str]]:
+    """The listing without its last column (wall-clock times)."""
+    return [line.split()[:-2] for line in text.splitlines()]
+
+
+def test_recover_rolls_back_the_unfinished_run_and_runs_lists_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, logfile = tmp_path / "j.db", tmp_path / "log"
+    crashed_journal(path, logfile)
+    assert main(["runs", "--journal", str(path)]) == 0
+    assert table(capsys.readouterr().out) == [
+        ["run", "saga", "status", "events", "recovered"],
+        ["done", "trip", "committed", "6", "-"],
+        ["half", "trip", "running", "5", "-"],
+    ]
+
+    assert main(["recover", "--journal", str(path), "tests.test_journal_cli:ENGINE"]) == 0
+    assert capsys.readouterr().out.splitlines()[:4] == [
+        "  <~ Hold.compensate()",
+        "  ~> Hold undone (" + capsys_ms(path, "half", 6),
+        "  <~ Note.compensate()",
+        "  ~> Note undone (" + capsys_ms(path, "half", 8),
+    ]
+    assert lines(logfile)[-2:] == ["release 1 half/1", "unnote half/0 noted=True"]
+
+    assert main(["runs", "--journal", str(path)]) == 0
+    assert table(capsys.readouterr().out)[1:] == [
+        ["done", "trip", "committed", "6", "-"],
+        ["half", "trip", "rolled_back", "10", "1x"],
+    ]
+    assert main(["recover", "--journal", str(path), "tests.test_journal_cli:ENGINE"]) == 0
+    assert capsys.readouterr().out == "recovered 0 run(s): 0 rolled back, 0 stuck; 0 left unfinished\n"
+
+
+def capsys_ms(path: Path, run_id: str, seq: int) -> str:
+    from aegis_nb.saga.durable import read_run
+
+    event = read_run(path, run_id).events[seq]
+    return f"{event.duration * 1000:.1f} ms)"  # type: ignore[union-attr]
+
+
+def test_runs_replays_one_run_event_by_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "j.db"
+    crashed_journal(path, tmp_path / "log")
+    assert main(["runs", "--journal", str(path), "--run", "half"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(" (")[0] for line in out] == [
+        "saga trip started: Note -> Hold",
+        "  -> Note.execute()",
+        "  <- Note ok",
+        "  -> Hold.execute()",
+        "  <- Hold ok",
+    ]
+
+
+def test_runs_on_a_missing_journal_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "nope.db"
+    assert main(["runs", "--journal", str(path)]) == 2
+    assert capsys.readouterr().err == f"aegis-nb runs: journal {str(path)!r}: no such journal file\n"
+    assert not path.exists()
+
+
+def test_recover_refuses_a_journal_another_process_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "j.db"
+    crashed_journal(path, tmp_path / "log")
+
+    async def hold_and_recover() -> int:
+        async with SqliteJournal(path):
+            return await anyio.to_thread.run_sync(
+                main, ["recover", "--journal", str(path), "tests.test_journal_cli:ENGINE"]
+            )
+
+    assert anyio.run(hold_and_recover) == 2
+    assert capsys.readouterr().err == (
+        f"aegis-nb recover: journal {str(path)!r}: another process holds {path}.lock\n"
+    )
+    assert [r.status.value for r in read_runs(path)] == ["committed", "running"]
