@@ -58,9 +58,9 @@ SUMMARY_LINE = re.compile(r"^[✓✗] (?P<name>\S+): (?P<passed>\d+) passed, (?P
 
 
 async def run_suite() -> str:
-    async with http_server("serve", "tests.servers.conformance_app:app") as url:
+    async with http_server("serve", "tests.servers.conformance_app:app") as server:
         done = await anyio.run_process(
-            [str(BIN / "conformance"), "server", "--url", url, "--suite", "all"],
+            [str(BIN / "conformance"), "server", "--url", server.url, "--suite", "all"],
             cwd=CLIENTS,
             env=client_env(),
             check=False,

@@ -141,7 +141,10 @@ async def test_the_documentation_example_served_by_app_run_over_stdio() -> None:
 async def test_the_documentation_example_served_over_http_by_aegis_nb_serve() -> None:
     on_progress = ProgressLog(len(DOC_PROGRESS))
 
-    async with http_server("serve", "tests.servers.doc_travel_agent:app") as url, Client(url) as client:
+    async with (
+        http_server("serve", "tests.servers.doc_travel_agent:app") as server,
+        Client(server.url) as client,
+    ):
         tools = [tool.name for tool in (await client.list_tools()).tools]
         result = await client.call_tool("book_vacation", {}, progress_callback=on_progress)
         assert await on_progress.messages() == DOC_PROGRESS
@@ -190,6 +193,24 @@ async def test_a_client_that_stops_waiting_over_stdio_still_gets_the_world_rolle
         output.close()
 
 
+@pytest.mark.parametrize("stop", ["cancel", "timeout"])
+async def test_a_client_that_stops_waiting_over_http_still_gets_the_world_rolled_back(stop: str) -> None:
+    async with (
+        http_server("serve", "tests.servers.hanging_agent:app", capture_stdout=True) as server,
+        Client(server.url) as client,
+    ):
+        assert server.stdout is not None
+        if stop == "cancel":
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(client.call_tool, "book_vacation", {})
+                await server.stdout.wait_for("Reserving hotel...")
+                tasks.cancel_scope.cancel()
+        else:
+            with pytest.raises(MCPError, match=r"^Request 'tools/call' timed out$"):
+                await client.call_tool("book_vacation", {}, read_timeout_seconds=0.5)
+        await server.stdout.wait_for("Canceling flight FLIGHT_999...")
+
+
 @asynccontextmanager
 async def agency_session(transport: str) -> AsyncIterator[ToolSession]:
     """A session on `aegis-nb mock` in a subprocess, over `transport`."""
@@ -197,7 +218,7 @@ async def agency_session(transport: str) -> AsyncIterator[ToolSession]:
         async with connect(stdio("-m", "aegis_nb.cli", "mock")) as session:
             yield session
     else:
-        async with http_server("mock") as url, connect(url) as session:
+        async with http_server("mock") as server, connect(server.url) as session:
             yield session
 
 
