@@ -17,12 +17,13 @@ from typing import Any
 import anyio
 import ipywidgets  # type: ignore[import-untyped]
 
+from aegis_nb.diagram import fold, render_svg
 from aegis_nb.notebook.cellsurface import WIDGET_MIME
-from aegis_nb.notebook.display import run_bundle
 from aegis_nb.notebook.injection import Fault
 from aegis_nb.notebook.live import LiveView
 from aegis_nb.notebook.plan import SagaPlan
 from aegis_nb.notebook.runner import RunSettings, SagaRunner
+from aegis_nb.notebook.static import data_uri
 from aegis_nb.notebook.surface import NullSurface
 from aegis_nb.saga.outcome import SagaRun
 
@@ -101,10 +102,11 @@ class SagaExplorer:
         self._current = ipywidgets.VBox([ipywidgets.HTML("<i>press Run</i>")])
         self._previous = ipywidgets.HTML("")
         self._history = ipywidgets.HTML("")
+        half = {"width": "50%", "overflow": "auto"}
         panes = ipywidgets.HBox(
             [
-                ipywidgets.VBox([ipywidgets.HTML("<b>this run</b>"), self._current]),
-                ipywidgets.VBox([ipywidgets.HTML("<b>previous run</b>"), self._previous]),
+                ipywidgets.VBox([ipywidgets.HTML("<b>this run</b>"), self._current], layout=half),
+                ipywidgets.VBox([ipywidgets.HTML("<b>previous run</b>"), self._previous], layout=half),
             ]
         )
         self.widget = ipywidgets.VBox(
@@ -188,9 +190,14 @@ class SagaExplorer:
 
 
 def _trial_html(trial: Trial) -> str:
-    bundle = run_bundle(trial.run)
+    """The trial's diagram scaled to its pane (two sit side by side), under a caption of its settings."""
     caption = f"run {trial.number}: {escape(trial.settings_text())}"
-    return f'<div style="font-size:12px;color:#475569">{caption}</div>{bundle["text/html"]}'
+    alt = escape(f"{trial.run.saga}: {trial.run.report.summary()}", quote=True)
+    svg = render_svg(fold(trial.run.events))
+    return (
+        f'<div style="font-size:12px;color:#475569">{caption}</div>'
+        f'<div class="aegis-static"><img src="{data_uri(svg)}" alt="{alt}" style="max-width:100%"/></div>'
+    )
 
 
 class History:

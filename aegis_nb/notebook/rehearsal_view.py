@@ -20,7 +20,7 @@ _SYMBOL = {
     Mark.NOT_RUN: "·",
     Mark.DONE: "✓",
     Mark.FAILED: "✗",
-    Mark.TIMED_OUT: "⏱",
+    Mark.TIMED_OUT: "◷",
     Mark.UNDONE: "↶",
     Mark.UNDONE_BUT_LIVE: "↶!",
     Mark.LEFT_LIVE: "!!",
@@ -90,7 +90,7 @@ def render_text(rehearsal: Rehearsal) -> str:
 def _cell(text: str, colour: str, *, bold: bool = False) -> str:
     weight = "font-weight:600;" if bold else ""
     return (
-        f'<td style="padding:4px 8px;border:1px solid #e2e8f0;color:{colour};'
+        f'<td style="padding:4px 8px;border:1px solid #e2e8f0;text-align:left;color:{colour};'
         f'background:{_BACKGROUND[colour]};{weight}white-space:nowrap">{escape(text)}</td>'
     )
 
@@ -129,8 +129,8 @@ def render_html(rehearsal: Rehearsal) -> str:
             f'<div style="color:{RED};margin-top:6px">to fix:<ul style="margin:2px 0">{items}</ul></div>'
         )
     parts.append(
-        f'<div style="color:{GREY};font-size:11.5px;margin-top:4px">✓ done · ↶ undone · ✗ failed · '
-        f"⏱ timed out (hung {rehearsal.timeout:g} s after acting) · · not run · red: needs a person</div>"
+        f'<div style="color:{GREY};font-size:11.5px;margin-top:4px">✓ done, ↶ undone, ✗ failed, '
+        f"◷ timed out (hung {rehearsal.timeout:g} s after acting), · not run; red: needs a person</div>"
     )
     parts.append("</div>")
     return "".join(parts)

@@ -1,0 +1,195 @@
+"""The magics in a real front end: JupyterLab on 127.0.0.1, headless Debian Chromium via Playwright.
+
+"Run All" must run a blocking ``%aegis_saga`` cell to its end before the next cell starts, and the
+``--interactive`` explorer must run the saga when its Run button is pressed in the browser, reading
+the toggles as they are at that moment. Screenshots of the explorer and of a rehearsal matrix go to
+`assets/` for the README and the tutorials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require, require_executable
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parent.parent
+ASSETS = ROOT / "assets"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+KERNEL_IDLE = """
+() => {
+  const bar = document.querySelector('.jp-NotebookPanel-toolbar');
+  const name = bar && bar.querySelector("[data-jp-item-name='kernelName']");
+  return !!(bar && name && bar.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+            && name.textContent.trim() && !name.textContent.includes('No Kernel'));
+}
+"""
+CELLS = [
+    "%load_ext aegis_nb\nimport anyio",
+    "%%aegis_step BookFlight\nasync def execute(ctx):\n    await anyio.sleep(0.3)\n"
+    "    return ctx.with_metadata({'flight': 'FL-1'})\n\nasync def compensate(ctx):\n    pass",
+    "%%aegis_step ChargeCard\nasync def execute(ctx):\n    await anyio.sleep(0.3)\n    return None\n\n"
+    "async def compensate(ctx):\n    pass",
+    "%aegis_saga BookFlight ChargeCard --fail ChargeCard=Declined --name trip -o run",
+    "print('after the saga:', run.status.value)",
+    "%aegis_saga BookFlight ChargeCard --interactive --deadline 2 --name trip -o last",
+    "%%aegis_rehearse --name trip\nBookFlight\nChargeCard",
+]
+
+
+@dataclass(frozen=True)
+class Lab:
+    url: str
+    token: str
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_notebook(path: Path) -> None:
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    nbformat.write(notebook, path)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    require_executable("chromium")
+    require(shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is not None, "jupyter-lab")
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "notebooks"
+    root.mkdir()
+    write_notebook(root / "magics.ipynb")
+    spec = base / "jupyter-path" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"})
+    )
+    settings = base / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    token, port = secrets.token_hex(16), free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": str(base / "jupyter-path"),
+        "JUPYTER_CONFIG_DIR": str(base / "config"),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+    }
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "jupyter-lab"),
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = threading.Event()
+    log: list[str] = []
+
+    def watch() -> None:
+        assert server.stderr is not None
+        for line in server.stderr:
+            log.append(line)
+            if f"127.0.0.1:{port}/" in line:
+                started.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        if not started.wait(timeout=90):
+            pytest.fail("JupyterLab did not start:\n" + "".join(log[-30:]))
+        yield Lab(f"http://127.0.0.1:{port}", token)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(lab: Lab) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1200}, device_scale_factor=1)
+            page.set_default_timeout(60_000)
+            page.goto(f"{lab.url}/lab/tree/magics.ipynb?reset&token={lab.token}")
+            page.wait_for_function(KERNEL_IDLE)
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            cells = page.locator(".jp-CodeCell")
+
+            # The cell after the saga ran only once the saga had rolled back.
+            expect(cells.nth(4).locator(".jp-OutputArea-output")).to_have_text("after the saga: rolled_back")
+            expect(cells.nth(3).locator(".aegis-static img")).to_have_count(1)
+            expect(
+                cells.nth(3).locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+            ).to_have_text("SagaRolledBack: saga 'trip': Declined — rolled back: BookFlight")
+
+            rehearsal = cells.nth(6).locator(".aegis-rehearsal")
+            expect(rehearsal).to_contain_text("✓ safe: in all 5 scenarios every rollback completes")
+            page.wait_for_function(KERNEL_IDLE)
+            rehearsal.screenshot(path=str(ASSETS / "rehearsal.png"))
+
+            explorer = cells.nth(5).locator(".aegis-explorer")
+            history = explorer.locator(".aegis-history tbody tr")
+            explorer.get_by_role("button", name="Run").click()
+            expect(history).to_have_count(1)
+            expect(history.nth(0)).to_contain_text("committed: BookFlight, ChargeCard")
+            explorer.get_by_role("button", name="ChargeCard fails").click()
+            explorer.get_by_role("button", name="Run").click()
+            expect(history).to_have_count(2)
+            expect(explorer.locator(".aegis-history")).to_contain_text(
+                "ChargeCard failed (injected by --fail) — rolled back: BookFlight"
+            )
+            expect(explorer).to_contain_text("run 1: deadline 2 s")  # the previous run, beside the new one
+            expect(explorer.locator(".aegis-static img")).to_have_count(2)
+            explorer.screenshot(path=str(ASSETS / "explorer.png"))
+        finally:
+            browser.close()
+    assert (ASSETS / "explorer.png").stat().st_size > 10_000
+    assert (ASSETS / "rehearsal.png").stat().st_size > 5_000
