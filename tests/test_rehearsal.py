@@ -159,3 +159,23 @@ def test_a_compensation_that_keeps_failing_leaves_the_saga_stuck(shell: Interact
         (Mark.UNDONE, 1),
     ]
     assert fails.leftovers == ("HT-0001",)
+
+
+@pytest.mark.anyio
+async def test_the_function_behind_the_magic_rehearses_a_plain_saga_list() -> None:
+    from aegis_nb.mock.travel import travel_saga, trip_context
+    from aegis_nb.notebook.mocktools import MockTools
+    from aegis_nb.notebook.rehearsal import rehearse_saga
+
+    tools = MockTools()
+    rehearsal = await rehearse_saga(
+        travel_saga(tools, "Lisbon", 2), tools=tools, context=trip_context("4242424242424242"), name="trip"
+    )
+    assert rehearsal.safe
+    assert (rehearsal.saga, rehearsal.steps, rehearsal.with_ledger) == (
+        "trip",
+        ("BookFlight", "ReserveHotel", "ChargeCard"),
+        True,
+    )
+    assert [row.status.value for row in rehearsal.results] == ["committed"] + ["rolled_back"] * 6
+    assert tools.agency.state().is_empty  # every scenario ran on an agency of its own

@@ -14,15 +14,21 @@ acted, the answer never came): only a step that opted in to being compensated in
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.mock.agency import TravelAgency
 from aegis_nb.mock.ledger import LedgerState
 from aegis_nb.notebook.injection import Fault, Hang
-from aegis_nb.notebook.plan import SagaPlan
+from aegis_nb.notebook.mocktools import MockTools
+from aegis_nb.notebook.options import DEFAULT_REHEARSAL_TIMEOUT, MockKind
+from aegis_nb.notebook.plan import PlannedStep, SagaPlan
 from aegis_nb.notebook.runner import RunSettings, SagaRunner
+from aegis_nb.saga.definition import SagaEntry, normalize_saga
+from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationSucceeded,
@@ -225,6 +231,34 @@ async def rehearse(
         outcome = await runner.run(plan, run_settings, sinks=(watch,), agency=agency)
         results.append(watch.result(scenario, outcome.run))
     return Rehearsal(settings.name, names, tuple(results), tools is not None, hang_timeout)
+
+
+async def rehearse_saga(
+    saga: Sequence[SagaEntry],
+    *,
+    tools: MockTools | None = None,
+    context: AegisContext | None = None,
+    name: str = "saga",
+    hang_timeout: float = DEFAULT_REHEARSAL_TIMEOUT,
+    engine: WorkflowEngine | None = None,
+) -> Rehearsal:
+    """Rehearse a saga list (as `WorkflowEngine.execute_saga` takes it) outside the magics.
+
+    With `tools` (the `MockTools` the steps call), each scenario gets a fresh agency with the same
+    fault plan and the ledger is judged; without, only the compensations are.
+    """
+    specs = normalize_saga(saga)
+    plan = SagaPlan(tuple(PlannedStep(spec.name, spec.step, spec.args, spec.kwargs) for spec in specs))
+    runner = SagaRunner(engine or WorkflowEngine(), {}, lambda: _given(tools))
+    settings = RunSettings(
+        mock=None if tools is None else MockKind.TRAVEL, name=name, context=context or AegisContext()
+    )
+    return await rehearse(runner, plan, settings, hang_timeout=hang_timeout)
+
+
+def _given(tools: MockTools | None) -> MockTools:
+    assert tools is not None  # only asked for when the settings name a mock
+    return tools
 
 
 def live_ids(state: LedgerState) -> tuple[str, ...]:
