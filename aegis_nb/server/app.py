@@ -17,6 +17,7 @@ import enum
 import inspect
 import io
 import math
+import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -32,8 +33,10 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, SagaFailed, ToolError, ToolTimeoutError
 from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.report import scrub
+from aegis_nb.saga.durable.startup import durable_engine, durable_lifespan
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaCommitted, SagaEvent
+from aegis_nb.saga.recorder import Journal
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
 from aegis_nb.server.progress import ReportProgress, RequestObserver
 from aegis_nb.server.results import committed_result, error_result, failed_result, workflow_output_schema
@@ -80,12 +83,18 @@ class AegisMCP(MCPServer[Any]):
         engine: WorkflowEngine | None = None,
         workflow_timeout: float | None = DEFAULT_WORKFLOW_TIMEOUT,
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
+        journal: str | os.PathLike[str] | Journal | None = None,
         **kwargs: Any,
     ) -> None:
         """`engine` runs the workflows (a fresh `WorkflowEngine` by default); timeouts are seconds or None.
 
-        Other keyword arguments go to `MCPServer` unchanged.
+        `journal` (a SQLite file path, or a `Journal`) makes the workflows durable: on start-up, before
+        serving, the server rolls back every run a crash left unfinished. Other keyword arguments go to
+        `MCPServer` unchanged.
         """
+        if journal is not None:
+            engine = durable_engine(engine, journal)
+            kwargs["lifespan"] = durable_lifespan(engine, kwargs.get("lifespan"))
         super().__init__(name, **kwargs)
         self.workflow_engine = engine or WorkflowEngine()
         self.workflow_timeout = check_timeout(workflow_timeout, "workflow_timeout")

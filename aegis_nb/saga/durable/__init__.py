@@ -24,6 +24,7 @@ from aegis_nb.saga.durable.recovery import (
     recover_unfinished,
 )
 from aegis_nb.saga.durable.runs import JournaledRun, StepRecord, read_events, read_run, read_runs
+from aegis_nb.saga.durable.startup import durable_engine, durable_lifespan
 from aegis_nb.saga.durable.store import RunInfo
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
     "StepNotRecoverable",
     "StepRecord",
     "StepResolver",
+    "durable_engine",
+    "durable_lifespan",
     "plan_recovery",
     "read_events",
     "read_run",

@@ -15,6 +15,7 @@ not a hundred.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -72,7 +73,7 @@ class SqliteJournal:
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | os.PathLike[str],
         *,
         steps: Iterable[object] | Mapping[str, object] = (),
         main_module: str | None = None,
@@ -111,13 +112,13 @@ class SqliteJournal:
                 self._file = await anyio.to_thread.run_sync(JournalFile.open_writer, self.path)
 
     async def aclose(self) -> None:
-        """Write what is pending, then close the file and release the writer lock."""
+        """Write what is pending, then close the file and release the writer lock (a later use reopens)."""
         if self._file is None:
             return
         with anyio.CancelScope(shield=True):
             if self._rows or self._writing:
                 await self._commit(None)  # joins (or writes) the last batch
-            file, self._file, self._closed = self._file, None, True
+            file, self._file = self._file, None  # a later use opens the file again
             if file is not None:
                 file.close()
 
