@@ -1,0 +1,297 @@
+"""The live view in a real browser: JupyterLab on 127.0.0.1, headless Debian Chromium via Playwright.
+
+The notebook `tests/notebooks/live_travel.ipynb` runs the travel saga (flight, hotel, card declined)
+with a pause inside every step. While its cell runs, a MutationObserver in the page records each
+state of the live diagram; the test then checks that the diagram grew while the cell was still
+running, that the live output was swapped for the static ``<img>`` whose SVG holds the rollback box
+with two compensations, and saves screenshots into `assets/`. The second test converts the saved
+notebook to HTML with nbconvert, without a kernel, and finds the static diagram there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.conftest import require, require_executable
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).parent.parent
+NOTEBOOK = Path(__file__).parent / "notebooks" / "live_travel.ipynb"
+ASSETS = ROOT / "assets"
+SVG = "{http://www.w3.org/2000/svg}"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# The execution indicator says idle before a kernel is attached: also wait for the kernel's name.
+KERNEL_READY = """
+() => {
+  const bar = document.querySelector('.jp-NotebookPanel-toolbar');
+  const name = bar && bar.querySelector("[data-jp-item-name='kernelName']");
+  return !!(bar && name && bar.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+            && name.textContent.trim() && !name.textContent.includes('No Kernel'));
+}
+"""
+
+# Records every state the live diagram goes through, and whether its cell was running at the time.
+OBSERVER = """
+() => {
+  window.__aegis = [];
+  const record = () => {
+    const live = document.querySelector('.aegis-live-diagram');
+    const cell = live ? live.closest('.jp-CodeCell') : null;
+    const prompt = cell ? cell.querySelector('.jp-InputPrompt') : null;
+    const svg = live ? live.querySelector('svg.aegis-diagram') : null;
+    if (!svg) return;
+    const state = {
+      events: Number(live.dataset.events),
+      status: live.dataset.status,
+      arrows: svg.querySelectorAll('g.aegis-msg').length,
+      running: prompt ? prompt.textContent.includes('*') : false,
+    };
+    const last = window.__aegis[window.__aegis.length - 1];
+    if (!last || last.events !== state.events || last.running !== state.running) window.__aegis.push(state);
+  };
+  new MutationObserver(record).observe(document.body, {subtree: true, childList: true, attributes: true});
+}
+"""
+
+
+@dataclass(frozen=True)
+class Lab:
+    url: str
+    token: str
+    root: Path
+
+
+@dataclass(frozen=True)
+class Session:
+    """What the browser saw, and the notebook it saved."""
+
+    states: list[dict[str, Any]]
+    static_svg: str
+    run_output_svg: str
+    saved: Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_kernelspec(jupyter_path: Path) -> None:
+    """A ``python3`` kernel running this interpreter (the venv's), found before any other."""
+    spec = jupyter_path / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (aegis_nb tests)",
+                "language": "python",
+            }
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    require_executable("chromium")
+    require(shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is not None, "jupyter-lab")
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "notebooks"
+    root.mkdir()
+    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    write_kernelspec(base / "jupyter-path")
+    notifications = base / "settings" / "@jupyterlab" / "apputils-extension"
+    notifications.mkdir(parents=True)
+    (notifications / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    token = secrets.token_hex(16)
+    port = free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": str(base / "jupyter-path"),
+        "JUPYTER_CONFIG_DIR": str(base / "config"),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+    }
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "jupyter-lab"),
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = threading.Event()
+    log: list[str] = []
+
+    def watch() -> None:
+        assert server.stderr is not None
+        for line in server.stderr:
+            log.append(line)
+            if f"127.0.0.1:{port}/" in line:
+                started.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        if not started.wait(timeout=90):
+            pytest.fail("JupyterLab did not start:\n" + "".join(log[-30:]))
+        yield Lab(f"http://127.0.0.1:{port}", token, root)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def decode_img(src: str) -> str:
+    prefix = "data:image/svg+xml;base64,"
+    assert src.startswith(prefix)
+    return base64.b64decode(src[len(prefix) :]).decode("utf-8")
+
+
+def drive(page: Page, lab: Lab) -> tuple[list[dict[str, Any]], str, str]:
+    """Open the notebook, run it, watch the diagram, take the screenshots, save the notebook."""
+    page.set_default_timeout(60_000)
+    page.goto(f"{lab.url}/lab/tree/{NOTEBOOK.name}?reset&token={lab.token}")
+    page.wait_for_function(KERNEL_READY)
+    page.evaluate(OBSERVER)
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    # Mid-rollback: the live widget shows the red box with the hotel being undone.
+    page.wait_for_function(
+        "() => (window.__aegis || []).some(s => s.status === 'compensating' && s.arrows >= 7)"
+    )
+    page.locator(".aegis-live").first.screenshot(path=str(ASSETS / "live-view-rolling-back.png"))
+    cells = page.locator(".jp-CodeCell")
+    cells.nth(2).locator(".aegis-static img").wait_for()  # `run`, the last cell, has run
+    page.wait_for_function(KERNEL_READY)
+    cells.nth(1).locator(".aegis-static img").screenshot(path=str(ASSETS / "live-view.png"))
+    states = page.evaluate("() => window.__aegis")
+    static_src = cells.nth(1).locator(".aegis-static img").get_attribute("src")
+    run_src = cells.nth(2).locator(".aegis-static img").get_attribute("src")
+    assert static_src is not None
+    assert run_src is not None
+    with page.expect_response(lambda r: r.request.method == "PUT" and "/api/contents/" in r.url) as put:
+        page.locator(".jp-NotebookPanel-toolbar [data-jp-item-name='save'] button").click()
+    assert put.value.ok
+    return states, static_src, run_src
+
+
+@pytest.fixture(scope="module")
+def session(lab: Lab) -> Session:
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, device_scale_factor=2)
+        try:
+            states, static_src, run_src = drive(page, lab)
+        except PlaywrightError as exc:
+            shot = lab.root.parent / "failure.png"
+            page.screenshot(path=str(shot))
+            seen = page.evaluate("() => window.__aegis || null")
+            pytest.fail(f"{exc}\nstates seen: {seen}\npage at failure: {shot}")
+        finally:
+            browser.close()
+    return Session(states, decode_img(static_src), decode_img(run_src), lab.root / NOTEBOOK.name)
+
+
+def rollback_group(svg: str) -> ET.Element:
+    root = ET.fromstring(svg)
+    return next(g for g in root.iter(f"{SVG}g") if g.attrib.get("class") == "aegis-rollback")
+
+
+def test_the_diagram_grows_while_the_cell_runs_and_ends_with_the_rollback(session: Session) -> None:
+    running = [state for state in session.states if state["running"]]
+    counts = sorted({state["events"] for state in running})
+    assert len([n for n in counts if 1 <= n < 12]) >= 3, session.states  # intermediate states, seen live
+    assert counts == sorted(counts)
+    assert any(state["status"] == "compensating" for state in running)
+    root = ET.fromstring(session.static_svg)
+    assert root.attrib["data-status"] == "rolled_back"
+    assert root.attrib["data-events"] == "12"
+    box = rollback_group(session.static_svg)
+    assert box.attrib["data-compensations"] == "2"
+    undone = [
+        (g.attrib["class"], g.attrib["data-step"])
+        for g in box.iter(f"{SVG}g")
+        if "aegis-msg" in g.attrib["class"]
+    ]
+    assert undone == [
+        ("aegis-msg aegis-compensate", "1"),
+        ("aegis-msg aegis-compensated", "1"),
+        ("aegis-msg aegis-compensate", "0"),
+        ("aegis-msg aegis-compensated", "0"),
+    ]
+    assert session.run_output_svg == session.static_svg  # `run` displays the same static diagram
+    assert (ASSETS / "live-view.png").stat().st_size > 10_000
+
+
+def test_the_saved_notebook_shows_the_static_diagram_without_a_kernel(
+    session: Session, tmp_path: Path
+) -> None:
+    out = tmp_path / "live_travel.html"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nbconvert",
+            "--to",
+            "html",
+            f"--output-dir={tmp_path}",
+            str(session.saved),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    html = out.read_text()
+    sources = re.findall(r'<img [^>]*src="(data:image/svg\+xml;base64,[A-Za-z0-9+/=]+)"', html)
+    assert len(sources) == 2  # the swapped live output and `run`
+    svg = decode_img(sources[0])
+    assert svg == session.static_svg
+    assert rollback_group(svg).attrib["data-compensations"] == "2"
+    assert "Card Declined! — rolled back: ReserveHotel, BookFlight" in html  # the text/plain fallback too
