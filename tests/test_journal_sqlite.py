@@ -490,3 +490,25 @@ async def test_a_journal_failing_mid_run_fails_the_saga_and_recovery_finishes_it
         ("SagaCompensated",),
     ]
     assert world.live == {}
+
+
+async def test_a_journal_failing_during_recovery_raises_its_error_and_the_run_stays(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+
+    class LoseTheDiskOnUndo:
+        name = "A"
+        journal: SqliteJournal | None = None
+
+        async def execute(self, ctx: AegisContext) -> None: ...
+
+        async def compensate(self, ctx: AegisContext) -> None:
+            assert self.journal is not None
+            self.journal.abandon()
+
+    step = LoseTheDiskOnUndo()
+    with pytest.raises(Crash):  # 0 start, 1-2 A succeeded, 3 commit: dies there
+        await WorkflowEngine(journal=CrashingJournal(SqliteJournal(path, steps=[step]), 3)).run_saga([step])
+    restarted = step.journal = SqliteJournal(path, steps=[step])
+    with pytest.raises(JournalError, match="the journal is closed"):
+        await WorkflowEngine(journal=restarted).recover()
+    assert [r.status for r in read_runs(path)] == [SagaStatus.RUNNING]

@@ -178,6 +178,7 @@ async def recover_unfinished(
     runs = [run for run in await journal.unfinished() if not journal.is_live(run.run_id)]
     results: list[SagaRun | None] = [None] * len(runs)
     problems: dict[str, str] = {}
+    failures: list[JournalError] = []
 
     async def recover_one(position: int, run: JournaledRun) -> None:
         plan = plan_recovery(run)
@@ -186,11 +187,17 @@ async def recover_unfinished(
         except LookupError as exc:
             problems[run.run_id] = str(exc)
             return
-        results[position] = await _finish(journal, run, plan, specs, default_retry, budget, sink_sets)
+        try:
+            results[position] = await _finish(journal, run, plan, specs, default_retry, budget, sink_sets)
+        except JournalError as exc:  # the journal failed under this run: it stays unfinished
+            failures.append(exc)
 
+    # Concurrently, so that many runs share the journal's syncs.
     async with anyio.create_task_group() as group:
         for position, run in enumerate(runs):
             group.start_soon(recover_one, position, run)
+    if failures:
+        raise failures[0]
     recovered = tuple(run for run in results if run is not None)
     if problems:
         raise RecoveryIncomplete(journal.path, problems, recovered)
