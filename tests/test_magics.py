@@ -483,3 +483,34 @@ def test_watch_draws_every_saga_of_an_engine_in_the_running_cell(shell: Interact
     assert usage_error(shell, "%aegis_watch BookFlight") == (
         "%aegis_watch BookFlight: expected a WorkflowEngine or an AegisMCP app, got FunctionStep"
     )
+
+
+def test_cancelling_a_background_saga_still_rolls_back_what_it_did(
+    shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ok(shell, BOOK_FLIGHT)
+    ok(shell, "import asyncio\nnever = asyncio.Event()")
+    ok(
+        shell,
+        "%%aegis_step Wait\nasync def execute(ctx):\n    await never.wait()\n"
+        "async def compensate(ctx):\n    pass\n",
+    )
+    job = ok(shell, "%aegis_saga BookFlight Wait --background --name trip -o run").result
+    assert isinstance(job, BackgroundRun)
+    shell.user_ns["job"] = job
+    ok(shell, "await asyncio.sleep(0)")  # one turn of the loop: the saga reaches Wait (not a timed wait)
+    job.cancel()
+    ok(shell, "done, _ = await asyncio.wait([job.task])")
+    assert repr(job) == "<saga trip: cancelled>"
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        "Booking flight to Lisbon...",
+        'Canceling flight "Lisbon"...',
+    ]
+    assert "run" not in shell.user_ns  # a cancelled saga has no outcome to bind
+
+
+def test_a_magic_called_as_an_expression_without_a_loop_runs_to_the_end(shell: InteractiveShell) -> None:
+    ok(shell, BOOK_FLIGHT)
+    ok(shell, "result = %aegis_saga BookFlight -o run")
+    assert shell.user_ns["result"] is None
+    assert shell.user_ns["run"].ok

@@ -109,8 +109,10 @@ class AegisMagics(Magics):
             return self._background(plan, settings, options.output)
         self.runner.bind_mock(settings.mock)
         view = LiveView(surface=CellSurface()).show()
-        outcome = await self.runner.run(plan, settings, sinks=(view,))
-        view.flush()  # the static diagram now, in this cell, not on the loop's next turn
+        try:
+            outcome = await self.runner.run(plan, settings, sinks=(view,))
+        finally:
+            view.flush()  # the static diagram now, in this cell (even when interrupted), not later
         if outcome.ledger is not None:
             print(outcome.ledger, flush=True)
         self._bind(options.output, outcome.run)
@@ -130,8 +132,10 @@ class AegisMagics(Magics):
         view = LiveView().show()
 
         async def job() -> SagaRun:
-            outcome = await self.runner.run(plan, settings, sinks=(view,))
-            view.flush()
+            try:
+                outcome = await self.runner.run(plan, settings, sinks=(view,))
+            finally:
+                view.flush()
             self._bind(output, outcome.run)
             return outcome.run
 
