@@ -1,5 +1,7 @@
 """The live view in a real browser: JupyterLab on 127.0.0.1, headless Debian Chromium via Playwright.
 
+(The last cell also shows the run's Mermaid, which JupyterLab must render as a diagram, not an error.)
+
 The notebook `tests/notebooks/live_travel.ipynb` runs the travel saga (flight, hotel, card declined)
 with a pause inside every step. While its cell runs, a MutationObserver in the page records each
 state of the live diagram; the test then checks that the diagram grew while the cell was still
@@ -206,7 +208,8 @@ def drive(page: Page, lab: Lab) -> tuple[list[dict[str, Any]], str, str]:
     )
     page.locator(".aegis-live").first.screenshot(path=str(ASSETS / "live-view-rolling-back.png"))
     cells = page.locator(".jp-CodeCell")
-    cells.nth(2).locator(".aegis-static img").wait_for()  # `run`, the last cell, has run
+    cells.nth(2).locator(".aegis-static img").wait_for()  # `run` shows its diagram
+    cells.nth(3).locator(".jp-RenderedMermaid figure img").wait_for()  # JupyterLab drew our Mermaid
     page.wait_for_function(KERNEL_READY)
     cells.nth(1).locator(".aegis-static img").screenshot(path=str(ASSETS / "live-view.png"))
     states = page.evaluate("() => window.__aegis")
@@ -290,8 +293,11 @@ def test_the_saved_notebook_shows_the_static_diagram_without_a_kernel(
     )
     html = out.read_text()
     sources = re.findall(r'<img [^>]*src="(data:image/svg\+xml;base64,[A-Za-z0-9+/=]+)"', html)
-    assert len(sources) == 2  # the swapped live output and `run`
+    # The swapped live output, `run`, and the Mermaid as JupyterLab drew and saved it.
+    assert len(sources) == 3
     svg = decode_img(sources[0])
     assert svg == session.static_svg
+    assert decode_img(sources[1]) == session.static_svg
+    assert "Rollback Triggered" in decode_img(sources[2])
     assert rollback_group(svg).attrib["data-compensations"] == "2"
     assert "Card Declined! — rolled back: ReserveHotel, BookFlight" in html  # the text/plain fallback too
