@@ -342,3 +342,21 @@ def test_property_any_saga_any_crash_point_recovers_consistently(
         check_consistent(path, world, steps)
 
     anyio.run(scenario, backend=backend)
+
+
+async def test_a_recovered_run_replays_in_the_diagram(tmp_path: Path) -> None:
+    from aegis_nb.diagram import MessageKind, fold
+
+    path = tmp_path / "j.db"
+    await crash_then_recover(path, doubtful_middle, 4)
+    model = fold(read_run(path, RUN).events)
+    assert [(m.kind, m.step, m.failure) for m in model.messages] == [
+        (MessageKind.EXECUTE, 0, None),
+        (MessageKind.SUCCEEDED, 0, None),
+        (MessageKind.EXECUTE, 1, None),
+        (MessageKind.FAILED, 1, FailureKind.INTERRUPTED),
+        (MessageKind.COMPENSATE, 1, None),
+        (MessageKind.COMPENSATED, 1, None),
+        (MessageKind.COMPENSATE, 0, None),
+        (MessageKind.COMPENSATED, 0, None),
+    ]

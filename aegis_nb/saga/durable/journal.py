@@ -25,7 +25,7 @@ import anyio
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.codec import encode_event, json_problem
-from aegis_nb.saga.durable.errors import JournalError, StepNotRecoverable
+from aegis_nb.saga.durable.errors import JournalError, JournalUnavailable, StepNotRecoverable
 from aegis_nb.saga.durable.locator import StepLocator, StepResolver
 from aegis_nb.saga.durable.runs import JournaledRun, decode_run, encode_steps
 from aegis_nb.saga.durable.store import EventRow, JournalFile, NewRun, RecoveryMark, Row, RunInfo
@@ -237,21 +237,27 @@ class SqliteJournal:
     async def _write_batch(self) -> None:
         rows, waiters = self._rows, self._waiters
         self._rows, self._waiters = [], []
-        error: JournalError | None = None
+        error: JournalError | None = JournalUnavailable(self.path, "the write was interrupted")
         file = self._file
         try:
             if file is None:
                 raise JournalError(self.path, "the journal is closed")
             await anyio.to_thread.run_sync(file.write, rows)
+            error = None
         except JournalError as exc:
             error = exc
-            for row in rows:
-                # A lost ride-along row would leave a hole in its run: that run writes no more.
-                self._broken.setdefault(row.run_id, exc)
-        for waiter in waiters:
-            waiter.done, waiter.error = True, error
-            waiter.wake.set()
-        if self._waiters:
-            self._waiters[0].wake.set()  # the oldest waiter writes the next batch
-        else:
-            self._writing = False
+        except Exception as exc:  # a bug below us: still fail the runs, loudly
+            error = JournalUnavailable(self.path, f"could not write the journal ({exc!r})")
+        finally:
+            # Whatever happened, every waiter hears of it and the queue moves on: none hangs.
+            if error is not None:
+                for row in rows:
+                    # A lost ride-along row would leave a hole in its run: that run writes no more.
+                    self._broken.setdefault(row.run_id, error)
+            for waiter in waiters:
+                waiter.done, waiter.error = True, error
+                waiter.wake.set()
+            if self._waiters:
+                self._waiters[0].wake.set()  # the oldest waiter writes the next batch
+            else:
+                self._writing = False
