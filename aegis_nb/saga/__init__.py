@@ -1,6 +1,20 @@
 """Saga layer: steps, the engine, events, sinks, journals. Depends on the kernel only."""
 
 from aegis_nb.saga.definition import SagaEntry, Step, StepSpec, normalize_saga
+from aegis_nb.saga.durable import (
+    JournalCorrupt,
+    JournalError,
+    JournalInUse,
+    JournalTooNew,
+    JournalUnavailable,
+    RecoveryIncomplete,
+    RunInfo,
+    SqliteJournal,
+    StepNotRecoverable,
+    read_events,
+    read_run,
+    read_runs,
+)
 from aegis_nb.saga.engine import WorkflowEngine, saga_name
 from aegis_nb.saga.events import (
     EVENT_TYPES,
@@ -35,7 +49,14 @@ __all__ = [
     "FunctionStep",
     "InMemoryJournal",
     "Journal",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalInUse",
+    "JournalTooNew",
+    "JournalUnavailable",
+    "RecoveryIncomplete",
     "RetryPolicy",
+    "RunInfo",
     "SagaCommitted",
     "SagaCompensated",
     "SagaEntry",
@@ -44,9 +65,11 @@ __all__ = [
     "SagaStarted",
     "SagaStuck",
     "Sink",
+    "SqliteJournal",
     "Step",
     "StepEvent",
     "StepFailed",
+    "StepNotRecoverable",
     "StepSpec",
     "StepStarted",
     "StepSucceeded",
@@ -55,6 +78,9 @@ __all__ = [
     "describe",
     "fold_report",
     "normalize_saga",
+    "read_events",
+    "read_run",
+    "read_runs",
     "saga_name",
     "step",
 ]
