@@ -22,6 +22,7 @@ from aegis_nb.kernel import (
     Secret,
     StepRef,
     StepResultError,
+    ToolError,
     ToolExecutor,
     ToolTimeoutError,
 )
@@ -51,15 +52,28 @@ from aegis_nb.saga import (
 )
 
 if TYPE_CHECKING:
-    from aegis_nb.server.app import AegisMCP
+    from aegis_nb.mock import FaultPlan, Latency, Ledger, ToolFaults, TravelAgency
+    from aegis_nb.server import TIMEOUT_META_KEY, AegisMCP, ToolPairStep, ToolSession, WorkflowResult, connect
 
 __version__ = "0.1.0"
 
-_LAZY = {"AegisMCP": "aegis_nb.server.app"}
+_LAZY = {
+    "AegisMCP": "aegis_nb.server",
+    "TIMEOUT_META_KEY": "aegis_nb.server",
+    "ToolPairStep": "aegis_nb.server",
+    "ToolSession": "aegis_nb.server",
+    "WorkflowResult": "aegis_nb.server",
+    "connect": "aegis_nb.server",
+    "FaultPlan": "aegis_nb.mock",
+    "Latency": "aegis_nb.mock",
+    "Ledger": "aegis_nb.mock",
+    "ToolFaults": "aegis_nb.mock",
+    "TravelAgency": "aegis_nb.mock",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """Load heavy optional parts (the MCP server) only when asked for."""
+    """Load the parts that need the `mcp` extra (server, mock tools) only when asked for."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'aegis_nb' has no attribute {name!r}")
@@ -83,6 +97,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 __all__ = [
+    "TIMEOUT_META_KEY",
     "AegisContext",
     "AegisError",
     "AegisMCP",
@@ -92,9 +107,12 @@ __all__ = [
     "CompensationSucceeded",
     "ErrorInfo",
     "FailureKind",
+    "FaultPlan",
     "FunctionStep",
     "InMemoryJournal",
     "Journal",
+    "Latency",
+    "Ledger",
     "RetryPolicy",
     "SagaCommitted",
     "SagaCompensated",
@@ -117,10 +135,17 @@ __all__ = [
     "StepStarted",
     "StepSucceeded",
     "StepTimedOut",
+    "ToolError",
     "ToolExecutor",
+    "ToolFaults",
+    "ToolPairStep",
+    "ToolSession",
     "ToolTimeoutError",
+    "TravelAgency",
     "WorkflowEngine",
+    "WorkflowResult",
     "__version__",
+    "connect",
     "describe",
     "step",
 ]

@@ -83,11 +83,11 @@ def test_the_inspector_sees_a_rollback_as_a_tool_error() -> None:
     assert json.loads(stderr.strip().splitlines()[-1]) == {
         "error": {"code": "tool_is_error", "message": "Tool 'book_trip' returned isError:true."}
     }
-    summary = "Card Declined! — rolled back: ChargeCard, ReserveHotel, BookFlight"
+    summary = "Card Declined! — rolled back: ReserveHotel, BookFlight"
     assert result["isError"] is True
     assert result["content"] == [{"type": "text", "text": summary}]
     content = result["structuredContent"]
     report = content["report"]
     assert (content["status"], content["summary"], report["left_standing"]) == ("rolled_back", summary, [])
     assert report["cause"] == {"type": "ToolError", "message": "Card Declined!"}
-    assert [s["name"] for s in report["compensated"]] == ["ChargeCard", "ReserveHotel", "BookFlight"]
+    assert [s["name"] for s in report["compensated"]] == ["ReserveHotel", "BookFlight"]

@@ -15,6 +15,7 @@ from aegis_nb import (
     SagaStatus,
     StepResultError,
     StepTimedOut,
+    ToolError,
     ToolTimeoutError,
     WorkflowEngine,
 )
@@ -267,3 +268,18 @@ async def test_the_in_memory_journal_records_each_run_and_rebuilds_its_report() 
     assert journal.report(ok.run_id) == ok.report == fold_report(ok.events)
     assert ok.report.status is SagaStatus.COMMITTED
     assert list(journal.unfinished()) == []
+
+
+async def test_an_in_doubt_step_whose_tool_refused_is_not_compensated() -> None:
+    calls = Calls()
+
+    class DeclinedCharge(Recorded):
+        async def execute(self, ctx: AegisContext) -> AegisContext:
+            calls.log.append(("execute", self.name, ctx))
+            raise ToolError("charge_card", "Card Declined!")
+
+    steps = [Recorded("flight", calls), DeclinedCharge("card", calls, in_doubt=True)]
+    with pytest.raises(SagaRolledBack) as raised:
+        await WorkflowEngine().execute_saga(steps)
+    assert calls.trail() == [("execute", "flight"), ("execute", "card"), ("compensate", "flight")]
+    assert raised.value.report.summary() == "Card Declined! — rolled back: flight"

@@ -448,7 +448,8 @@ def test_mock_travel_binds_the_tools_and_reports_the_ledger(
     out, err = capsys.readouterr()
     assert "travel ledger unchanged: 1 flight, 1 hotel, 1 charge ($" in out
     assert err == (
-        # The travel steps are in doubt, so the failed ChargeCard is undone too (by its idempotency key).
+        # The travel steps are in doubt and an injected failure is not the tool's own refusal,
+        # so the failed ChargeCard is undone too (by its idempotency key).
         "SagaRolledBack: saga 'trip': Card Declined! — rolled back: ChargeCard, ReserveHotel, BookFlight\n"
     )
     ledger = shell.user_ns["travel"].ledger()

@@ -35,14 +35,12 @@ ledger:
   step 2 of 3: ReserveHotel done
   step 3 of 3: executing ChargeCard
   step 3 of 3: ChargeCard failed: Card Declined!
-  compensating ChargeCard
-  ChargeCard undone
   compensating ReserveHotel
   ReserveHotel undone
   compensating BookFlight
   BookFlight undone
-  book_trip rolled back: Card Declined! — rolled back: ChargeCard, ReserveHotel, BookFlight
-result (error): Card Declined! — rolled back: ChargeCard, ReserveHotel, BookFlight
+  book_trip rolled back: Card Declined! — rolled back: ReserveHotel, BookFlight
+result (error): Card Declined! — rolled back: ReserveHotel, BookFlight
 ledger:
   flights : -
   hotels  : -

@@ -8,6 +8,7 @@ import sys
 import aegis_nb
 
 PUBLIC_API = [
+    "TIMEOUT_META_KEY",
     "AegisContext",
     "AegisError",
     "AegisMCP",
@@ -17,9 +18,12 @@ PUBLIC_API = [
     "CompensationSucceeded",
     "ErrorInfo",
     "FailureKind",
+    "FaultPlan",
     "FunctionStep",
     "InMemoryJournal",
     "Journal",
+    "Latency",
+    "Ledger",
     "RetryPolicy",
     "SagaCommitted",
     "SagaCompensated",
@@ -42,10 +46,17 @@ PUBLIC_API = [
     "StepStarted",
     "StepSucceeded",
     "StepTimedOut",
+    "ToolError",
     "ToolExecutor",
+    "ToolFaults",
+    "ToolPairStep",
+    "ToolSession",
     "ToolTimeoutError",
+    "TravelAgency",
     "WorkflowEngine",
+    "WorkflowResult",
     "__version__",
+    "connect",
     "describe",
     "step",
 ]

@@ -95,14 +95,11 @@ async def test_a_declined_card_leaves_the_ledger_empty() -> None:
             await WorkflowEngine().execute_saga(
                 travel_saga(session, "Lisbon", 3), trip_context(CARD), sinks=[events]
             )
-    assert (
-        failure.value.report.summary() == "Card Declined! — rolled back: ChargeCard, ReserveHotel, BookFlight"
-    )
+    # The card step is in doubt, but the tool answered "declined": nothing to refund.
+    assert failure.value.report.summary() == "Card Declined! — rolled back: ReserveHotel, BookFlight"
     assert events.trail() == [
         *FORWARD,
         ("StepFailed", "ChargeCard"),
-        ("CompensationStarted", "ChargeCard"),
-        ("CompensationSucceeded", "ChargeCard"),
         ("CompensationStarted", "ReserveHotel"),
         ("CompensationSucceeded", "ReserveHotel"),
         ("CompensationStarted", "BookFlight"),
@@ -159,7 +156,7 @@ async def test_a_compensation_that_fails_twice_then_succeeds_leaves_the_ledger_e
             await WorkflowEngine(compensation_retry=FAST_RETRY).execute_saga(
                 travel_saga(session, "Lisbon", 3), trip_context(CARD), sinks=[events]
             )
-    assert events.trail()[len(FORWARD) + 3 :] == [
+    assert events.trail()[len(FORWARD) + 1 :] == [
         ("CompensationStarted", "ReserveHotel"),
         ("CompensationFailed", "ReserveHotel"),
         ("CompensationStarted", "ReserveHotel"),

@@ -8,6 +8,7 @@ from aegis_nb.kernel.errors import (
     SagaFailed,
     SagaRolledBack,
     StepResultError,
+    ToolError,
     ToolTimeoutError,
 )
 from aegis_nb.kernel.executor import DeadlineGuard, ToolExecutor
@@ -38,6 +39,7 @@ __all__ = [
     "Secret",
     "StepRef",
     "StepResultError",
+    "ToolError",
     "ToolExecutor",
     "ToolTimeoutError",
 ]

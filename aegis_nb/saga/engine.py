@@ -28,6 +28,7 @@ from aegis_nb.kernel.errors import (
     SagaFailed,
     SagaRolledBack,
     StepResultError,
+    ToolError,
     ToolTimeoutError,
 )
 from aegis_nb.kernel.executor import DeadlineGuard
@@ -278,7 +279,8 @@ class _Forward:
                     await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
                 else:
                     await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
-                if failed.in_doubt:
+                # A ToolError is the tool's own answer that it did not act: nothing is in doubt.
+                if failed.in_doubt and not isinstance(exc, ToolError):
                     owed.insert(0, OwedCompensation(failed, self.step_input))
             result = await roll_back(
                 recorder,

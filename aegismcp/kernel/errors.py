@@ -7,6 +7,7 @@ from aegis_nb.kernel.errors import (
     SagaFailed,
     SagaRolledBack,
     StepResultError,
+    ToolError,
     ToolTimeoutError,
 )
 
@@ -17,5 +18,6 @@ __all__ = [
     "SagaFailed",
     "SagaRolledBack",
     "StepResultError",
+    "ToolError",
     "ToolTimeoutError",
 ]
