@@ -65,7 +65,7 @@ def message_label(message: Message) -> str:
             return f"✗ {error_text(message.error)}{took}"
         case MessageKind.TIMED_OUT:
             budget = "" if message.budget is None else f" (budget {duration(message.budget)})"
-            return f"⏱ timed out{took}{budget}"
+            return f"◷ timed out{took}{budget}"
         case MessageKind.COMPENSATE:
             return "compensate()" if message.attempt == 1 else f"compensate() · attempt {message.attempt}"
         case MessageKind.COMPENSATED:
@@ -102,7 +102,10 @@ def cause_line(model: SequenceModel) -> str | None:
         return None
     where = "" if model.failed_step is None else f"{model.steps[model.failed_step]}: "
     if model.failure is FailureKind.TIMEOUT:
-        return f"{where}timed out — {error_text(model.cause)}"
+        budgets = [
+            m.budget for m in model.messages if m.kind is MessageKind.TIMED_OUT and m.budget is not None
+        ]
+        return f"{where}timed out" + (f" (budget {duration(budgets[-1])})" if budgets else "")
     if model.failure in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
         assert model.failure is not None
         return f"{where}{model.failure.value}"

@@ -49,7 +49,7 @@ LANE_LOOKS: dict[LaneState, LaneLook] = {
     LaneState.RUNNING: LaneLook("#dbeafe", "#2563eb", "#1e3a8a", "running…"),
     LaneState.SUCCEEDED: LaneLook("#dcfce7", "#16a34a", "#14532d", "✓ done"),
     LaneState.FAILED: LaneLook("#fee2e2", "#dc2626", "#7f1d1d", "✗ failed"),
-    LaneState.TIMED_OUT: LaneLook("#ffedd5", "#ea580c", "#7c2d12", "⏱ timed out"),
+    LaneState.TIMED_OUT: LaneLook("#ffedd5", "#ea580c", "#7c2d12", "◷ timed out"),
     LaneState.COMPENSATING: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "undoing…"),
     LaneState.COMPENSATED: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "↩ undone"),
     LaneState.STUCK: LaneLook("#ffe4e6", "#9f1239", "#881337", "⚠ not undone"),
@@ -72,6 +72,8 @@ CHAR_W = 7.0  # rough width of a 12.5px sans-serif character, for sizing lanes a
 MIN_LANE_W = 140
 MAX_LANE_W = 200
 MIN_WIDTH = 600
+FEET_AFTER_ROWS = 16  # taller diagrams repeat the lane heads at the bottom, as mermaid does
+WIDE_LANES = 7  # wider diagrams name the step in each label and set it by the step's end
 
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -113,7 +115,11 @@ class _Drawing:
             y += NOTE_H if row.kind is RowKind.ROLLBACK else ROW_H
         self.rows_bottom = y + 10
         self.width = max(MIN_WIDTH, 2 * PAD + GUTTER + len(self.plan.lanes) * self.lane_w)
-        self.height = self.rows_bottom + 44
+        long = len(self.plan.rows) > FEET_AFTER_ROWS
+        self.feet_top: int | None = self.rows_bottom + 6 if long else None
+        self.bottom = self.rows_bottom if self.feet_top is None else self.feet_top + HEAD_H
+        self.height = self.bottom + 44
+        self.wide = len(self.plan.lanes) > WIDE_LANES
 
     def x(self, lane: int) -> float:
         return PAD + GUTTER + self.lane_w * lane + self.lane_w / 2
@@ -178,44 +184,49 @@ class _Drawing:
         if self.cause:
             out.append(
                 f'<text x="{PAD}" y="{PAD + 62}" font-size="13" font-weight="600" fill="#b91c1c">'
-                f"{esc(labels.clip('✗ ' + self.cause, 140))}</text>"
+                f"{esc(labels.clip('✗ ' + self.cause, int((self.width - 2 * PAD) / 7.8)))}</text>"
             )
         return out
 
     def _lifelines(self) -> list[str]:
+        """Dashed lifelines under a head per lane; long diagrams repeat the heads at the bottom."""
         out: list[str] = []
-        top, w = self.head_top, self.lane_w - 16
-        fit = int((w - 12) / CHAR_W)
         for i, lane in enumerate(self.plan.lanes):
             cx = self.x(i)
             dash = "2 5" if lane.kind is LaneKind.FOLD else "5 5"
             out.append(
-                f'<line x1="{cx:.1f}" y1="{top + HEAD_H}" x2="{cx:.1f}" y2="{self.rows_bottom}" '
+                f'<line x1="{cx:.1f}" y1="{self.head_top + HEAD_H}" x2="{cx:.1f}" y2="{self.rows_bottom}" '
                 f'stroke="{LIFELINE}" stroke-width="1.5" stroke-dasharray="{dash}"/>'
             )
-            name = self._lane_name(lane)
-            if lane.kind is LaneKind.ENGINE:
-                fill, stroke, ink, caption, ink2 = "#1e293b", "#1e293b", "#ffffff", "engine", "#cbd5e1"
-            elif lane.kind is LaneKind.FOLD:
-                fill, stroke, ink, ink2 = "#f8fafc", "#94a3b8", MUTED, MUTED
-                caption = f"steps {lane.first + 1}–{lane.last + 1}"
-            else:
-                assert lane.state is not None
-                look = LANE_LOOKS[lane.state]
-                fill, stroke, ink, ink2 = look.fill, look.stroke, look.ink, look.stroke
-                caption = f"{lane.first + 1} · {look.caption}"
-            border = ' stroke-dasharray="4 3"' if lane.kind is LaneKind.FOLD else ""
-            out.append(
-                f'<g class="aegis-lane aegis-lane-{lane.kind.value}"'
-                + (f' data-state="{lane.state.name.lower()}"' if lane.state is not None else "")
-                + f'><title>{esc(name)}</title><rect x="{cx - w / 2:.1f}" y="{top}" width="{w}" '
-                f'height="{HEAD_H}" rx="9" fill="{fill}" stroke="{stroke}" stroke-width="1.5"{border}/>'
-                f'<text x="{cx:.1f}" y="{top + 19}" font-size="12.5" font-weight="700" fill="{ink}" '
-                f'text-anchor="middle">{esc(labels.clip(name, fit))}</text>'
-                f'<text x="{cx:.1f}" y="{top + 36}" font-size="11" fill="{ink2}" text-anchor="middle">'
-                f"{esc(caption)}</text></g>"
-            )
+            out.append(self._head(i, lane, self.head_top, "head"))
+            if self.feet_top is not None:
+                out.append(self._head(i, lane, self.feet_top, "foot"))
         return out
+
+    def _head(self, i: int, lane: Lane, top: int, where: str) -> str:
+        cx, w = self.x(i), self.lane_w - 16
+        name = self._lane_name(lane)
+        if lane.kind is LaneKind.ENGINE:
+            fill, stroke, ink, caption, ink2 = "#1e293b", "#1e293b", "#ffffff", "engine", "#cbd5e1"
+        elif lane.kind is LaneKind.FOLD:
+            fill, stroke, ink, ink2 = "#f8fafc", "#94a3b8", MUTED, MUTED
+            caption = f"steps {lane.first + 1}–{lane.last + 1}"
+        else:
+            assert lane.state is not None
+            look = LANE_LOOKS[lane.state]
+            fill, stroke, ink, ink2 = look.fill, look.stroke, look.ink, look.stroke
+            caption = f"{lane.first + 1} · {look.caption}"
+        border = ' stroke-dasharray="4 3"' if lane.kind is LaneKind.FOLD else ""
+        state = f' data-state="{lane.state.name.lower()}"' if lane.state is not None else ""
+        return (
+            f'<g class="aegis-lane-{where} aegis-lane-{lane.kind.value}"{state}><title>{esc(name)}</title>'
+            f'<rect x="{cx - w / 2:.1f}" y="{top}" width="{w}" height="{HEAD_H}" rx="9" fill="{fill}" '
+            f'stroke="{stroke}" stroke-width="1.5"{border}/>'
+            f'<text x="{cx:.1f}" y="{top + 19}" font-size="12.5" font-weight="700" fill="{ink}" '
+            f'text-anchor="middle">{esc(labels.clip(name, int((w - 12) / CHAR_W)))}</text>'
+            f'<text x="{cx:.1f}" y="{top + 36}" font-size="11" fill="{ink2}" text-anchor="middle">'
+            f"{esc(caption)}</text></g>"
+        )
 
     def _body(self) -> list[str]:
         """The rollback box, activation bars, forward rows, then the rollback group (note and rows)."""
@@ -321,20 +332,28 @@ class _Drawing:
         label = labels.message_label(message)
         ink = INK if kind is MessageKind.EXECUTE else colour
         offset = message.time - self.model.started
+        step = self.model.steps[message.step]
+        shown = labels.clip(f"{step}: {label}" if self.wide else label, 110)
+        if len(shown) * CHAR_W + 20 > x1 - x0:
+            anchor, at = "start", x0 + 8  # longer than its arrow: from the engine rightwards
+        elif self.wide:
+            anchor, at = "end", x1 - 10  # readable where the arrow ends, however far right that is
+        else:
+            anchor, at = "middle", (x0 + x1) / 2
         return (
             f'<g class="aegis-msg aegis-{kind.name.lower()}" data-seq="{message.seq}" '
-            f'data-step="{message.step}"><title>{esc(self.model.steps[message.step])}: {esc(label)}</title>'
+            f'data-step="{message.step}"><title>{esc(step)}: {esc(label)}</title>'
             f'<text x="{PAD + GUTTER - 10}" y="{y + 4}" font-size="10.5" fill="#94a3b8" text-anchor="end">'
             f"+{esc(labels.duration(offset))}</text>"
             f'<line x1="{start:.1f}" y1="{y}" x2="{end:.1f}" y2="{y}" stroke="{colour}" stroke-width="1.8"'
             f'{dash} marker-end="url(#{self.prefix}-head-{kind.name.lower()})"/>'
-            f'<text x="{x0 + 8:.1f}" y="{y - 7}" font-size="12.5" font-weight="{weight}" fill="{ink}" '
-            f'paint-order="stroke" stroke="#ffffff" stroke-width="4" stroke-linejoin="round">'
-            f"{esc(labels.clip(label, 110))}</text></g>"
+            f'<text x="{at:.1f}" y="{y - 7}" font-size="12.5" font-weight="{weight}" fill="{ink}" '
+            f'text-anchor="{anchor}" paint-order="stroke" stroke="#ffffff" stroke-width="4" '
+            f'stroke-linejoin="round">{esc(shown)}</text></g>'
         )
 
     def _footer(self) -> list[str]:
-        y = self.rows_bottom + 26
+        y = self.bottom + 26
         colour = STATUS_COLOURS[self.model.status] if self.model.finished else MUTED
         note = ""
         if self.plan.folded_steps or self.plan.folded_rows:
