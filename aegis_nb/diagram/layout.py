@@ -53,7 +53,7 @@ class RowKind(enum.Enum):
 class Row(NamedTuple):
     """One line of the drawing.
 
-    MESSAGE: one arrow to `lane`. FOLD: `count` arrows summarised by kind (`lane` is the folded lane,
+    MESSAGE: one arrow to `lane`. FOLD: `arrows` arrows summarised by kind (`lane` is the folded lane,
     or ``None`` when rows of many lanes were folded). ROLLBACK: the "rollback triggered" note.
     A named tuple: one is built per arrow per redraw.
     """
@@ -62,7 +62,7 @@ class Row(NamedTuple):
     in_rollback: bool
     lane: int | None = None
     message: Message | None = None
-    count: int = 0
+    arrows: int = 0
     kinds: tuple[tuple[MessageKind, int], ...] = ()
 
 

@@ -305,7 +305,7 @@ class _Drawing:
     def _row(self, row: Row, top: int) -> str:
         y = top + ROW_H - 10
         if row.kind is RowKind.FOLD and row.lane is None:
-            label = labels.fold_label(row.count, row.kinds)
+            label = labels.fold_label(row.arrows, row.kinds)
             return (
                 f'<g class="aegis-fold"><rect x="{PAD + GUTTER}" y="{top + 4}" '
                 f'width="{self.width - 2 * PAD - GUTTER}" height="{ROW_H - 8}" rx="6" fill="#f1f5f9"/>'
@@ -315,7 +315,7 @@ class _Drawing:
         assert row.lane is not None
         x0, x1 = self.x(0) + 6, self.x(row.lane) - 6
         if row.kind is RowKind.FOLD:
-            label = labels.fold_label(row.count, row.kinds)
+            label = labels.fold_label(row.arrows, row.kinds)
             return (
                 f'<g class="aegis-fold"><line x1="{x0:.1f}" y1="{y}" x2="{x1:.1f}" y2="{y}" stroke="#94a3b8" '
                 f'stroke-width="2" stroke-dasharray="1 5" stroke-linecap="round"/>'

@@ -60,7 +60,7 @@ def _lane_name(model: SequenceModel, plan: Layout, row: Row) -> str:
 
 def _row(model: SequenceModel, row: Row, name: str, width: int) -> str:
     if row.kind is RowKind.FOLD:
-        label = labels.fold_label(row.count, row.kinds)
+        label = labels.fold_label(row.arrows, row.kinds)
         if row.lane is None:
             return f"{'':>9}  {label}"
         return f"{'':>9}  Engine ⇢ {name:<{width}}  {label}"
