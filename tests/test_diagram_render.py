@@ -3,15 +3,22 @@ bounded folding of huge runs, and graphviz that falls back instead of failing.""
 
 from __future__ import annotations
 
+import re
 import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aegis_nb.diagram import (
     GraphSource,
+    MessageKind,
+    SequenceBuilder,
     fold,
+    labels,
     layout,
     render_dot,
     render_graph,
@@ -22,6 +29,8 @@ from aegis_nb.diagram import (
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.values import Secret
 from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.retry import RetryPolicy
 from tests.conftest import require_executable
 from tests.test_diagram_scenarios import SCENARIOS, Script, many_steps
 
@@ -173,3 +182,66 @@ def test_graph_with_dot_draws_steps_and_compensations() -> None:
         "s2->s1",
         "s1->s0",
     } <= set(titles)
+
+
+class Scripted:
+    """A step whose execute and compensate fail on demand, without sleeping."""
+
+    def __init__(self, name: str, *, fails: bool, undo_fails: int) -> None:
+        self.name = name
+        self.fails = fails
+        self.undo_fails = undo_fails
+        self.undo_calls = 0
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        if self.fails:
+            raise ValueError(f"{self.name} refused")
+        return ctx
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        self.undo_calls += 1
+        if self.undo_calls <= self.undo_fails:
+            raise RuntimeError(f"{self.name} undo {self.undo_calls} failed")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    count=st.integers(min_value=1, max_value=8),
+    data=st.data(),
+)
+def test_any_real_run_renders_consistently(count: int, data: st.DataObject) -> None:
+    """Whatever the engine does, the model matches its report and every rendering agrees with the model."""
+    fail_at = data.draw(st.none() | st.integers(min_value=0, max_value=count - 1), label="fail_at")
+    undo_fails = data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count), label="undo_fails")
+    steps = [Scripted(f"S{i}", fails=i == fail_at, undo_fails=undo_fails[i]) for i in range(count)]
+    engine = WorkflowEngine(compensation_retry=RetryPolicy(attempts=3, initial_delay=0.0))
+
+    async def main() -> SagaRun:
+        return await engine.run_saga(steps, AegisContext(), name="prop")
+
+    run = anyio.run(main)
+    model = fold(run.events)
+    assert model.status is run.status
+    assert model.event_count == len(run.events)
+    builder = SequenceBuilder()
+    for event in run.events:
+        builder.feed(event)
+    assert builder.snapshot() == model
+    svg = render_svg(model)
+    root = ET.fromstring(svg)
+    assert root.attrib["data-arrows"] == str(len(model.messages))
+    compensations = sum(m.kind is MessageKind.COMPENSATE for m in model.messages)
+    rollback = [g for g in root.iter(f"{SVG}g") if g.attrib.get("class") == "aegis-rollback"]
+    assert [g.attrib["data-compensations"] for g in rollback] == (
+        [] if fail_at is None else [str(compensations)]
+    )
+    mermaid = render_mermaid(model)
+    arrows = [line for line in mermaid.splitlines() if re.match(r"\s+(E|S\d+)(->>|-->>|--x)", line)]
+    undone = sum(m.kind is MessageKind.COMPENSATED for m in model.messages)
+    assert len(arrows) == len(model.messages) - undone
+    assert ("rect rgb(60, 20, 20)" in mermaid) is (fail_at is not None)
+    text = render_text(model)
+    assert text.endswith(labels.summary(model) + "\n")
+    failed = fail_at is not None
+    # Title, cause (when failed), blank line; one line per arrow; the rollback bracket; the summary.
+    assert len(text.splitlines()) == 2 + failed + len(model.messages) + 2 * failed + 1
