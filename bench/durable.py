@@ -242,8 +242,8 @@ def report(results: dict[tuple[str, int], Measure], contenders: dict[str, Conten
                 line += f"; {versus:.1f}x {peer}'s"
         print(line)
     print(
-        f"syncs: {single.syncs} for {single.sagas} sagas of {steps} steps = one per step plus two per saga "
-        "(its start, so a full disk stops it before any step, and its end)"
+        f"syncs: {single.syncs} for {single.sagas} sagas of {steps} steps = one per step plus one per saga "
+        "(its start, so that a full disk stops it before any step runs)"
     )
 
 

@@ -200,10 +200,17 @@ async def test_crash_after_the_last_compensation_only_marks_the_run(tmp_path: Pa
     assert world.undo_calls == {f"{RUN}/1": 1, f"{RUN}/0": 1}
 
 
+def doubtful_last(world: World) -> list[Act]:
+    return [Act(world, "A"), Act(world, "B"), Act(world, "C", in_doubt=True)]
+
+
 async def test_crash_before_the_commit_is_recorded_rolls_back(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
-    world, _, _, (run,) = await crash_then_recover(path, plain, 7)  # 7 is SagaCommitted
+    # 6 StepSucceeded C rides along with 7 SagaCommitted: the crash takes both; C was in doubt.
+    world, _, _, (run,) = await crash_then_recover(path, doubtful_last, 7)
     assert run.report.status is SagaStatus.ROLLED_BACK
+    assert run.report.failed_step == StepRef(2, "C")
+    assert run.report.compensated == (StepRef(2, "C"), StepRef(1, "B"), StepRef(0, "A"))
     assert world.live == {}
 
 
@@ -280,7 +287,9 @@ def check_consistent(path: Path, world: World, steps: list[Act]) -> SagaStatus |
     return status
 
 
-@pytest.mark.parametrize("shape", [plain, doubtful_middle, last_fails, times_out, flaky_undo, stuck])
+@pytest.mark.parametrize(
+    "shape", [plain, doubtful_middle, doubtful_last, last_fails, times_out, flaky_undo, stuck]
+)
 async def test_recovery_after_a_crash_at_any_event_is_consistent(tmp_path: Path, shape: Shape) -> None:
     probe = tmp_path / "probe.db"
     world, steps, crashed, _ = await crash_then_recover(probe, shape, 10_000)

@@ -1,11 +1,13 @@
 """`SqliteJournal`: the durable journal. Write-ahead, group-committed, one SQLite file per journal.
 
 What must survive a crash is synced before the engine acts on it: a run's start (with the step
-records recovery needs), every step's outcome (with its context snapshot on success), every
-compensation's outcome and the run's end; an in-doubt step's start too, since recovery must then
-undo it. A plain step's start and a compensation attempt's start ride along with the next sync:
-losing them in a crash changes nothing recovery does. A single saga so pays one sync per step,
-plus one at each end.
+records recovery needs; so a full disk stops the run before any step), every step's outcome (with
+its context snapshot on success), every compensation's outcome and the run's end; an in-doubt
+step's start too, since recovery must then undo it. Some events ride along with the next sync
+instead, because losing them in a crash changes nothing recovery does: a plain step's start, a
+compensation attempt's start, and the last step's success, which the engine follows at once with
+the run's end (a crash before that sync is a crash before the step's outcome was recorded). A
+single saga of n steps so pays n + 1 syncs: one per step, and one for its start.
 
 Concurrent runs share the file and its syncs: while one batch is being written (in a worker thread,
 never on the event loop), new rows queue up, and the next batch writes them all in one transaction.
@@ -22,6 +24,7 @@ from types import TracebackType
 
 import anyio
 
+from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.codec import encode_event, json_problem
@@ -37,6 +40,7 @@ from aegis_nb.saga.events import (
     SagaStuck,
     StepFailed,
     StepStarted,
+    StepSucceeded,
     StepTimedOut,
 )
 
@@ -49,7 +53,20 @@ _STATUS: Mapping[type, SagaStatus] = {
     SagaStuck: SagaStatus.STUCK,
 }
 _FINAL: tuple[type, ...] = (SagaCommitted, SagaCompensated, SagaStuck)
-_RIDE_ALONG: tuple[type, ...] = (StepStarted, CompensationStarted)
+
+
+@record
+class _LiveRun:
+    """What the journal must know of a run in progress: its in-doubt steps and its last step."""
+
+    in_doubt: frozenset[int]
+    last: int
+
+    def rides_along(self, event: SagaEvent) -> bool:
+        """True when `event` may wait for the next sync (see the module docstring)."""
+        if isinstance(event, StepStarted):
+            return event.index not in self.in_doubt
+        return isinstance(event, StepSucceeded) and event.index == self.last
 
 
 class _Waiter:
@@ -85,7 +102,7 @@ class SqliteJournal:
         self._rows: list[Row] = []
         self._waiters: list[_Waiter] = []
         self._writing = False
-        self._in_doubt: dict[str, frozenset[int]] = {}
+        self._live: dict[str, _LiveRun] = {}
         self._broken: dict[str, JournalError] = {}
         self._closed = False
 
@@ -145,7 +162,7 @@ class SqliteJournal:
         specs = tuple(specs)
         locators = tuple(self._locate(saga, spec) for spec in specs)
         await self.open()
-        self._in_doubt[run_id] = frozenset(s.index for s in specs if s.in_doubt)
+        self._live[run_id] = _LiveRun(frozenset(s.index for s in specs if s.in_doubt), len(specs) - 1)
         self._rows.append(NewRun(run_id, saga, encode_steps(specs, locators)))
 
     async def append(self, event: SagaEvent) -> None:
@@ -158,11 +175,8 @@ class SqliteJournal:
             await self.open()
         kind = type(event)
         row = EventRow(run_id, event.seq, encode_event(event), _STATUS.get(kind))
-        if kind in _FINAL:
-            self._in_doubt.pop(run_id, None)
-        if kind in _RIDE_ALONG and not (
-            kind is StepStarted and event.index in self._in_doubt.get(run_id, ())  # type: ignore[union-attr]
-        ):
+        live = self._live.pop(run_id, None) if kind in _FINAL else self._live.get(run_id)
+        if kind is CompensationStarted or (live is not None and live.rides_along(event)):
             self._rows.append(row)
             return
         await self._commit(row)
@@ -188,12 +202,12 @@ class SqliteJournal:
 
     def is_live(self, run_id: str) -> bool:
         """True while `run_id` runs through this journal object: recovery must leave it alone."""
-        return run_id in self._in_doubt
+        return run_id in self._live
 
     async def mark_recovering(self, run_id: str) -> None:
         """Count a recovery of `run_id` (written with its first recovery event); it is live until done."""
         await self.open()
-        self._in_doubt[run_id] = frozenset()
+        self._live[run_id] = _LiveRun(frozenset(), -1)
         self._rows.append(RecoveryMark(run_id))
 
     async def _opened(self) -> JournalFile:
