@@ -229,6 +229,18 @@ async def test_attached_to_an_engine_the_view_follows_its_runs_and_detaches() ->
 
 
 @pytest.mark.anyio
+async def test_with_the_default_scheduler_the_run_ends_static_on_either_backend() -> None:
+    """asyncio: redraws run on loop timers; trio (no asyncio timers): they run inline, throttled."""
+    surface = RecordingSurface()
+    view = LiveView(surface=surface)
+    run = await WorkflowEngine().run_saga([Step("A"), Step("B", fail=True)], AegisContext(), sinks=[view])
+    view.flush()
+    assert surface.shown == [view.widget]
+    assert surface.replaced == [run_bundle(run)]
+    assert 1 <= view.redraws <= 3
+
+
+@pytest.mark.anyio
 async def test_secrets_never_reach_the_widget_or_the_static_bundle() -> None:
     token = "sk-live-0a1b2c3d"
     clock, surface = FakeScheduler(), RecordingSurface()
