@@ -8,8 +8,8 @@ instead of the second the MCP SDK takes to import, so the test can kill a hundre
 A worker is one life of a travel-booking service: it opens the journal and the agency's SQLite
 ledger, recovers what the previous life left unfinished, starts `sagas` trips at once (the seeded
 fault plan makes some fail at a random step and some time out after booking), and then idles until
-it is killed. Every line it writes (``pid``, ``ev``, ``undo``, ``idle``) is one atomic pipe write, so
-the parent always knows how far it got.
+it is killed (or the test's end of stdin closes). Every line it writes (``pid``, ``ev``, ``undo``,
+``idle``) is one atomic pipe write, so the parent always knows how far it got.
 """
 
 from __future__ import annotations
@@ -109,7 +109,10 @@ async def live(journal_path: str, ledger_path: str, life: int, seed: int, sagas:
             for number in range(sagas):
                 group.start_soon(trip, number)
         say("idle")
-        await anyio.sleep_forever()  # the parent kills every worker; none exits on its own
+        # The parent kills every worker. Should the parent itself die first, its end of our stdin
+        # closes: leave then, rather than idle forever as an orphan.
+        while await anyio.to_thread.run_sync(os.read, 0, 1024, abandon_on_cancel=True):
+            pass
 
 
 def worker(journal_path: str, ledger_path: str, life: int, seed: int, sagas: int) -> None:
