@@ -187,6 +187,24 @@ def test_the_view_shows_on_start_redraws_while_running_and_becomes_static_at_the
     assert seen[-1].startswith(live_html(fold(events), [])[:200])
 
 
+def test_elapsed_time_keeps_moving_while_a_step_runs() -> None:
+    clock, surface = FakeScheduler(), RecordingSurface()
+    view = LiveView(scheduler=clock, surface=surface)
+    events = SCENARIOS["fail_third"]()
+    view(events[0])
+    view(events[1])  # BookFlight.execute() called; no event for a while
+    clock.advance(0.0)
+    assert "3 steps · 0.00 ms · run 0f1e2d3c" in view._html.value
+    clock.advance(2.5)  # one redraw per second while nothing happens
+    assert view.redraws == 3
+    assert "3 steps · 2.00 s · run 0f1e2d3c" in view._html.value
+    for event in events[2:]:
+        view(event)
+    clock.advance(5.0)
+    assert view.redraws == 4  # the run ended: the last redraw, then no more ticking
+    assert surface.replaced == [static_bundle(fold(events))]
+
+
 def test_static_bundle_is_an_img_data_uri_of_the_svg_plus_text() -> None:
     model = fold(SCENARIOS["fail_third"]())
     bundle = static_bundle(model)

@@ -16,12 +16,13 @@ Typical use (what a magic does)::
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ipywidgets  # type: ignore[import-untyped]
 
 from aegis_nb.diagram import SequenceBuilder, SequenceModel, render_svg
-from aegis_nb.notebook.coalesce import DEFAULT_INTERVAL, Coalescer, Scheduler
+from aegis_nb.notebook.coalesce import DEFAULT_INTERVAL, Cancellable, Coalescer, LoopScheduler, Scheduler
 from aegis_nb.notebook.display import current_shell, register_display
 from aegis_nb.notebook.render import live_html
 from aegis_nb.notebook.replay import ReplayView
@@ -32,6 +33,8 @@ from aegis_nb.saga.events import FINAL_EVENT_TYPES, SagaEvent, SagaStarted
 from aegis_nb.saga.trace import describe
 
 DEFAULT_LOG_LINES = 8
+TICK = 1.0
+"""Seconds between redraws while nothing happens, so the elapsed time in the header keeps moving."""
 
 
 class LiveView:
@@ -68,7 +71,10 @@ class LiveView:
         self.widget = ipywidgets.VBox([self._html])
         """The ipywidgets view (a VBox with the CSS class ``aegis-live``)."""
         self.widget.add_class("aegis-live")
-        self._coalescer = Coalescer(self._redraw, interval=interval, scheduler=scheduler)
+        self._scheduler: Scheduler = scheduler if scheduler is not None else LoopScheduler()
+        self._coalescer = Coalescer(self._redraw, interval=interval, scheduler=self._scheduler)
+        self._started_at = 0.0  # scheduler time at SagaStarted, for the ticking elapsed time
+        self._tick: Cancellable | None = None
 
     # -- showing --------------------------------------------------------------------------------
 
@@ -111,6 +117,7 @@ class LiveView:
         if self._coalescer.pending:
             self._coalescer.flush_now()  # the previous run's last redraw (and static swap) first
         self._run_id = event.run_id
+        self._started_at = self._scheduler.now()
         self._ended = False
         self._events = []
         self._builder = SequenceBuilder()
@@ -131,6 +138,14 @@ class LiveView:
     def _redraw(self) -> None:
         self._catch_up()
         model = self._builder.snapshot()
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        if not self._ended and self._run_id is not None:
+            # While a step runs no event arrives: keep the header's elapsed time moving.
+            elapsed = max(model.elapsed, self._scheduler.now() - self._started_at)
+            model = dataclasses.replace(model, elapsed=elapsed)
+            self._tick = self._scheduler.call_later(TICK, self._coalescer.poke)
         svg = render_svg(model)
         recent = [describe(event) for event in self._events[-self._log_lines :]]
         self._html.value = live_html(model, recent, earlier=len(self._events) - len(recent), svg=svg)
