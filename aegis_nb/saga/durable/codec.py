@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -214,24 +215,42 @@ def _error(data: object) -> ErrorInfo:
 # -- events ----------------------------------------------------------------------------------------
 
 
+def _error_to_json(info: ErrorInfo) -> dict[str, str]:
+    return {"type": info.type, "message": info.message}
+
+
+def _deadline_to_json(deadline: float) -> float | None:
+    return None if deadline == math.inf else deadline  # JSON has no infinity: null is "no deadline"
+
+
+_ENCODERS: Final[Mapping[str, Callable[[Any], Any]]] = MappingProxyType(
+    {
+        "AegisContext": context_to_json,
+        "ErrorInfo": _error_to_json,
+        "FailureKind": attrgetter("value"),
+        "SagaReport": SagaReport.to_json,
+        "tuple[str, ...]": list,
+    }
+)
+# Per event class, each field's name and encoder (None: already JSON). Encoding runs twice per
+# step, so the field types are looked at once, here, rather than per event.
+_LAYOUTS: Final = MappingProxyType(
+    {
+        cls: tuple(
+            (f.name, _deadline_to_json if f.name == "deadline" else _ENCODERS.get(str(f.type)))
+            for f in dataclasses.fields(cls)
+        )
+        for cls in EVENT_TYPES
+    }
+)
+
+
 def event_to_json(event: SagaEvent) -> dict[str, Any]:
     """An event as a versioned JSON object: ``{"v": 1, "type": "StepSucceeded", ...fields}``."""
     data: dict[str, Any] = {"v": SCHEMA_VERSION, "type": type(event).__name__}
-    for field in dataclasses.fields(event):
-        value = getattr(event, field.name)
-        if isinstance(value, AegisContext):
-            value = context_to_json(value)
-        elif isinstance(value, ErrorInfo):
-            value = {"type": value.type, "message": value.message}
-        elif isinstance(value, FailureKind):
-            value = value.value
-        elif isinstance(value, SagaReport):
-            value = value.to_json()
-        elif isinstance(value, tuple):
-            value = list(value)
-        elif isinstance(value, float) and not math.isfinite(value):
-            value = None  # only SagaStarted.deadline may be infinite: no deadline
-        data[field.name] = value
+    for name, encode in _LAYOUTS[type(event)]:
+        value = getattr(event, name)
+        data[name] = value if encode is None else encode(value)
     return data
 
 
