@@ -1,6 +1,7 @@
 """The live view in a real browser: JupyterLab on 127.0.0.1, headless Debian Chromium via Playwright.
 
-(The last cell also shows the run's Mermaid, which JupyterLab must render as a diagram, not an error.)
+Two more cells: the run's Mermaid, which JupyterLab must render as a diagram (not an error), and a
+10,000-event saga whose view must stay under the server's message rate limit and end complete.
 
 The notebook `tests/notebooks/live_travel.ipynb` runs the travel saga (flight, hotel, card declined)
 with a pause inside every step. While its cell runs, a MutationObserver in the page records each
@@ -89,6 +90,7 @@ class Lab:
     url: str
     token: str
     root: Path
+    log: list[str]  # the server's stderr, as it arrives
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,10 @@ class Session:
     states: list[dict[str, Any]]
     static_svg: str
     run_output_svg: str
+    big_svg: str
+    big_printed: str
     saved: Path
+    server_log: str
 
 
 def free_port() -> int:
@@ -178,7 +183,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     try:
         if not started.wait(timeout=90):
             pytest.fail("JupyterLab did not start:\n" + "".join(log[-30:]))
-        yield Lab(f"http://127.0.0.1:{port}", token, root)
+        yield Lab(f"http://127.0.0.1:{port}", token, root, log)
     finally:
         server.terminate()
         try:
@@ -194,7 +199,7 @@ def decode_img(src: str) -> str:
     return base64.b64decode(src[len(prefix) :]).decode("utf-8")
 
 
-def drive(page: Page, lab: Lab) -> tuple[list[dict[str, Any]], str, str]:
+def drive(page: Page, lab: Lab) -> tuple[list[dict[str, Any]], str, str, str, str]:
     """Open the notebook, run it, watch the diagram, take the screenshots, save the notebook."""
     page.set_default_timeout(60_000)
     page.goto(f"{lab.url}/lab/tree/{NOTEBOOK.name}?reset&token={lab.token}")
@@ -215,12 +220,20 @@ def drive(page: Page, lab: Lab) -> tuple[list[dict[str, Any]], str, str]:
     states = page.evaluate("() => window.__aegis")
     static_src = cells.nth(1).locator(".aegis-static img").get_attribute("src")
     run_src = cells.nth(2).locator(".aegis-static img").get_attribute("src")
+    big = cells.nth(4)
+    big.locator(".aegis-static img").wait_for()
+    big.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stdout']").wait_for()
+    big_src = big.locator(".aegis-static img").get_attribute("src")
+    big_printed = big.locator(
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stdout']"
+    ).inner_text()
     assert static_src is not None
     assert run_src is not None
+    assert big_src is not None
     with page.expect_response(lambda r: r.request.method == "PUT" and "/api/contents/" in r.url) as put:
         page.locator(".jp-NotebookPanel-toolbar [data-jp-item-name='save'] button").click()
     assert put.value.ok
-    return states, static_src, run_src
+    return states, static_src, run_src, big_src, big_printed
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +245,7 @@ def session(lab: Lab) -> Session:
         browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000}, device_scale_factor=2)
         try:
-            states, static_src, run_src = drive(page, lab)
+            states, static_src, run_src, big_src, big_printed = drive(page, lab)
         except PlaywrightError as exc:
             shot = lab.root.parent / "failure.png"
             page.screenshot(path=str(shot))
@@ -240,7 +253,15 @@ def session(lab: Lab) -> Session:
             pytest.fail(f"{exc}\nstates seen: {seen}\npage at failure: {shot}")
         finally:
             browser.close()
-    return Session(states, decode_img(static_src), decode_img(run_src), lab.root / NOTEBOOK.name)
+    return Session(
+        states,
+        decode_img(static_src),
+        decode_img(run_src),
+        decode_img(big_src),
+        big_printed,
+        lab.root / NOTEBOOK.name,
+        "".join(lab.log),
+    )
 
 
 def rollback_group(svg: str) -> ET.Element:
@@ -274,6 +295,18 @@ def test_the_diagram_grows_while_the_cell_runs_and_ends_with_the_rollback(sessio
     assert (ASSETS / "live-view.png").stat().st_size > 10_000
 
 
+def test_ten_thousand_events_stay_under_the_rate_limit_and_end_complete(session: Session) -> None:
+    printed = re.fullmatch(r"10000 events, (\d+) redraws\s*", session.big_printed)
+    assert printed is not None, session.big_printed
+    assert 2 <= int(printed.group(1)) <= 200  # ~20 per second of saga, not one per event
+    root = ET.fromstring(session.big_svg)
+    assert root.attrib["data-events"] == "10000"  # the last state, not a stale one
+    assert root.attrib["data-status"] == "rolled_back"
+    assert rollback_group(session.big_svg).attrib["data-compensations"] == "2499"
+    assert "rate exceeded" not in session.server_log
+    assert "rate_limit" not in session.server_log
+
+
 def test_the_saved_notebook_shows_the_static_diagram_without_a_kernel(
     session: Session, tmp_path: Path
 ) -> None:
@@ -293,11 +326,12 @@ def test_the_saved_notebook_shows_the_static_diagram_without_a_kernel(
     )
     html = out.read_text()
     sources = re.findall(r'<img [^>]*src="(data:image/svg\+xml;base64,[A-Za-z0-9+/=]+)"', html)
-    # The swapped live output, `run`, and the Mermaid as JupyterLab drew and saved it.
-    assert len(sources) == 3
+    # The swapped live output, `run`, the Mermaid as JupyterLab drew and saved it, the big run.
+    assert len(sources) == 4
     svg = decode_img(sources[0])
     assert svg == session.static_svg
     assert decode_img(sources[1]) == session.static_svg
     assert "Rollback Triggered" in decode_img(sources[2])
+    assert decode_img(sources[3]) == session.big_svg
     assert rollback_group(svg).attrib["data-compensations"] == "2"
     assert "Card Declined! — rolled back: ReserveHotel, BookFlight" in html  # the text/plain fallback too
