@@ -306,6 +306,7 @@ def test_replay_of_nothing_is_refused() -> None:
 async def test_registered_display_shows_a_run_as_its_static_diagram() -> None:
     from IPython.core.interactiveshell import InteractiveShell
 
+    InteractiveShell.clear_instance()
     shell = InteractiveShell.instance()
     try:
         run = await WorkflowEngine().run_saga([Step("A"), Step("B", fail=True)], AegisContext(), name="shown")
