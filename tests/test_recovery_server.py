@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -82,3 +83,27 @@ def test_a_journal_given_twice_is_refused(tmp_path: Path) -> None:
     engine = WorkflowEngine(journal=SqliteJournal(tmp_path / "a.db"))
     with pytest.raises(TypeError, match="the engine already journals to <SqliteJournal"):
         AegisMCP("x", engine=engine, journal=tmp_path / "b.db")
+
+
+APP = AegisMCP("cli-recovery", journal="never-opened.db")
+"""An app for `aegis-nb recover`: its engine's policy is used, its own journal file is never opened."""
+
+
+def test_aegis_nb_recover_takes_an_aegismcp_app(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from aegis_nb.cli import main
+
+    path, logfile = tmp_path / "j.db", tmp_path / "log"
+
+    async def crash() -> None:
+        with pytest.raises(Crash):
+            await WorkflowEngine(journal=CrashingJournal(SqliteJournal(path), 5)).run_saga(
+                trip(logfile), name="book", run_id="crashed"
+            )
+
+    anyio.run(crash)
+    assert main(["recover", "--journal", str(path), "tests.test_recovery_server:APP"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "recovered 1 run(s): 1 rolled back, 0 stuck; 0 left unfinished"
+    )
+    assert lines(logfile)[-2:] == ["release 1 crashed/1", "unnote crashed/0 noted=True"]
+    assert not Path("never-opened.db").exists()
