@@ -8,6 +8,7 @@ effects of a committed run, and no effect undone twice.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from aegis_nb.saga.events import (
 from aegis_nb.saga.history import fold_report
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.testing import outline
+from tests.conftest import require
 from tests.durable_support import Act, Crash, CrashingJournal, World
 
 pytestmark = pytest.mark.anyio
@@ -369,3 +371,15 @@ async def test_a_recovered_run_replays_in_the_diagram(tmp_path: Path) -> None:
         (MessageKind.COMPENSATE, 0, None),
         (MessageKind.COMPENSATED, 0, None),
     ]
+
+
+async def test_a_recovered_run_opens_in_the_notebook_replay_view(tmp_path: Path) -> None:
+    require(importlib.util.find_spec("ipywidgets") is not None, "ipywidgets (the notebook extra)")
+    from aegis_nb.notebook.replay import ReplayView
+
+    path = tmp_path / "j.db"
+    await crash_then_recover(path, doubtful_middle, 4)
+    events = read_run(path, RUN).events
+    view = ReplayView(events)
+    assert (view.slider.min, view.slider.max, view.slider.value) == (1, len(events), len(events))
+    assert isinstance(view.events[-1], SagaCompensated)
