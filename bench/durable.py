@@ -89,7 +89,7 @@ def aegis(folder: Path, steps: int, sagas: int, concurrency: int) -> Measure:
 
 
 def larzstate(folder: Path, steps: int, sagas: int, concurrency: int) -> Measure:
-    from larzstate import FileStore, Workflow
+    from larzstate import FileStore, Workflow  # type: ignore[import-untyped]
 
     workflow = Workflow("bench", store=FileStore(str(folder)))
     for i in range(steps):
