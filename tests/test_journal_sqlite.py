@@ -513,3 +513,11 @@ async def test_a_journal_failing_during_recovery_raises_its_error_and_the_run_st
     with pytest.raises(JournalError, match="the journal is closed"):
         await WorkflowEngine(journal=restarted).recover()
     assert [r.status for r in read_runs(path)] == [SagaStatus.RUNNING]
+
+
+async def test_an_empty_file_left_by_a_writer_that_died_is_set_up(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    path.touch(mode=0o600)
+    async with SqliteJournal(path) as journal:
+        await WorkflowEngine(journal=journal).run_saga([Quiet()], run_id="r1")
+    assert [run.run_id for run in read_runs(path)] == ["r1"]

@@ -1,8 +1,17 @@
 """Durable sagas: the SQLite journal, crash recovery, and reading runs back for listing and replay.
 
 ``WorkflowEngine(journal=SqliteJournal("runs.db"))`` makes every run write-ahead logged;
-``await engine.recover()`` finishes what a crash left half done. Part of the saga layer: it imports
-the kernel and the standard library only (``sqlite3``).
+``await engine.recover()`` (or ``AegisMCP(..., journal="runs.db")``, which recovers on start-up)
+rolls back what a crash left half done. A run starts only if recovery could rebuild its steps:
+
+- module-level classes whose attributes are JSON constructor arguments (``BookFlight()``,
+  ``ReserveHotel(nights=3)``) and module-level ``@step`` functions are found by import path;
+- steps holding clients or connections are registered: ``SqliteJournal(path, steps=[...])``;
+- saga arguments must be JSON data, and secrets travel in the context, where they are redacted.
+
+Mark a step ``in_doubt = True`` when its effect may land before its outcome is recorded (a booking
+whose answer never came): recovery then undoes it by its idempotency key even if it was in flight.
+Part of the saga layer: it imports the kernel and the standard library only (``sqlite3``).
 """
 
 from aegis_nb.saga.durable.codec import SCHEMA_VERSION
