@@ -515,3 +515,35 @@ def test_a_magic_called_as_an_expression_without_a_loop_runs_to_the_end(shell: I
     ok(shell, "result = %aegis_saga BookFlight -o run")
     assert shell.user_ns["result"] is None
     assert shell.user_ns["run"].ok
+
+
+def test_a_tool_error_outside_a_run_arrives_as_a_tool_error(shell: InteractiveShell) -> None:
+    ok(shell, "%aegis_mock travel")
+    ok(
+        shell,
+        "from aegis_nb import ToolError\n"
+        "try:\n"
+        "    await travel.call_tool('cancel_hotel', {'booking_id': 'HT-9999'})\n"
+        "except ToolError as error:\n"
+        "    caught = (error.tool, str(error))\n",
+    )
+    assert shell.user_ns["caught"] == ("cancel_hotel", "no booking 'HT-9999'")
+
+
+def test_each_task_talks_to_its_own_agency(shell: InteractiveShell) -> None:
+    ok(shell, "%aegis_mock travel")
+    ok(
+        shell,
+        "import asyncio\n"
+        "from aegis_nb.mock import TravelAgency\n"
+        "other = TravelAgency()\n"
+        "async def book(agency, city):\n"
+        "    if agency is None:\n"
+        "        return await travel.call_tool('reserve_hotel', {'city': city, 'nights': 1})\n"
+        "    async with travel.connected(agency):\n"
+        "        await asyncio.sleep(0)\n"
+        "        return await travel.call_tool('reserve_hotel', {'city': city, 'nights': 1})\n"
+        "await asyncio.gather(book(other, 'Rome'), book(None, 'Oslo'))\n",
+    )
+    assert [b.place for b in shell.user_ns["other"].state().hotels] == ["Rome"]
+    assert [b.place for b in shell.user_ns["travel"].agency.state().hotels] == ["Oslo"]

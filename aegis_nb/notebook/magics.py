@@ -1,4 +1,4 @@
-"""The aegis magics: ``%%aegis_step``, ``%aegis_saga`` (line and cell), ``%aegis_rehearse``, ``%aegis_mock``.
+"""The aegis magics: ``%%aegis_step``, ``%aegis_saga``, ``%aegis_rehearse``, ``%aegis_mock``, ``%aegis_watch``.
 
 One `AegisMagics` instance per shell holds what the magics share: the steps defined in cells, the
 engine, and the mock travel tools. Nothing is module-global, so two shells (or two tests) never see

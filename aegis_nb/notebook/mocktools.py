@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from html import escape
 from typing import Any
 
+from aegis_nb.kernel.errors import ToolError
 from aegis_nb.mock.agency import TravelAgency
 from aegis_nb.mock.ledger import LedgerState
 from aegis_nb.server.session import ToolSession
@@ -24,50 +26,62 @@ MOCK_VARIABLE = "travel"
 
 
 class MockTools:
-    """The mock travel agency's tools as a session-like object, plus its ledger for inspection."""
+    """The mock travel agency's tools as a session-like object, plus its ledger for inspection.
+
+    Which agency and session a call uses is kept per task (a context variable of this object), so a
+    saga in the background and a rehearsal in the foreground each talk to their own agency.
+    """
 
     def __init__(self, agency: TravelAgency | None = None) -> None:
         self._agency = agency if agency is not None else TravelAgency()
-        self._session: ToolSession | None = None
+        self._route: ContextVar[tuple[TravelAgency, ToolSession] | None] = ContextVar(
+            f"aegis_mock_route_{id(self)}", default=None
+        )
 
     @property
     def agency(self) -> TravelAgency:
         """The agency now served: its ledger and fault plan (``travel.agency.set_tool_faults(...)``)."""
-        return self._agency
+        route = self._route.get()
+        return self._agency if route is None else route[0]
 
     def ledger(self) -> LedgerView:
         """What is live in the ledger now, as a table."""
-        return LedgerView(self._agency.state())
+        return LedgerView(self.agency.state())
 
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any] | None = None, *, meta: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """Call a tool through the run's MCP session (or a short one of its own); `ToolError` on error."""
-        if self._session is not None:
-            return await self._session.call_tool(name, arguments, meta=meta)
+        route = self._route.get()
+        if route is not None:
+            return await route[1].call_tool(name, arguments, meta=meta)
+        failure: ToolError
         async with self._agency.connect() as session:
-            return await session.call_tool(name, arguments, meta=meta)
+            try:
+                return await session.call_tool(name, arguments, meta=meta)
+            except ToolError as exc:
+                # Raised out here: inside the session, its task group would wrap it in an ExceptionGroup.
+                failure = exc
+        raise failure
 
     async def list_tools(self) -> list[str]:
-        async with self._agency.connect() as session:
+        async with self.agency.connect() as session:
             return await session.list_tools()
 
     @asynccontextmanager
     async def connected(self, agency: TravelAgency | None = None) -> AsyncIterator[MockTools]:
-        """Route calls through one MCP client session (on `agency`, if given, for the duration)."""
-        saved = self._agency, self._session
-        if agency is not None:
-            self._agency = agency
-        try:
-            async with self._agency.connect() as session:
-                self._session = session
+        """Route this task's calls through one MCP client session (on `agency`, if given)."""
+        target = self._agency if agency is None else agency
+        async with target.connect() as session:
+            token = self._route.set((target, session))
+            try:
                 yield self
-        finally:
-            self._agency, self._session = saved
+            finally:
+                self._route.reset(token)
 
     def __repr__(self) -> str:
-        state = "connected" if self._session is not None else "idle"
-        return f"<mock travel tools ({state}): {ledger_summary(self._agency.state())}>"
+        state = "connected" if self._route.get() is not None else "idle"
+        return f"<mock travel tools ({state}): {ledger_summary(self.agency.state())}>"
 
 
 def ledger_summary(state: LedgerState) -> str:
