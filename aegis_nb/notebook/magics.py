@@ -1,9 +1,10 @@
-"""The aegis magics: ``%%aegis_step``, ``%aegis_saga``, ``%aegis_rehearse``, ``%aegis_mock``, ``%aegis_watch``.
+"""The aegis magics: ``%%aegis_step``, ``%aegis_saga``, ``%aegis_rehearse``, ``%aegis_mock`` and more.
 
 One `AegisMagics` instance per shell holds what the magics share: the steps defined in cells, the
 engine, and the mock travel tools. Nothing is module-global, so two shells (or two tests) never see
-each other's steps. The blocking forms are reached through `run_async` (see `blocking`); the plain
-magic functions are the fallback for calls that are not a top-level line of a cell.
+each other's steps; ``%aegis_watch`` draws any engine's sagas live. The blocking forms are reached
+through `run_async` (see `blocking`); the plain magic functions are the fallback for calls that are
+not a top-level line of a cell.
 """
 
 from __future__ import annotations
