@@ -33,6 +33,12 @@ from aegis_nb.saga import (
     FunctionStep,
     InMemoryJournal,
     Journal,
+    JournalCorrupt,
+    JournalError,
+    JournalInUse,
+    JournalTooNew,
+    JournalUnavailable,
+    RecoveryIncomplete,
     RetryPolicy,
     SagaCommitted,
     SagaCompensated,
@@ -41,18 +47,23 @@ from aegis_nb.saga import (
     SagaStarted,
     SagaStuck,
     Sink,
+    SqliteJournal,
     Step,
     StepFailed,
+    StepNotRecoverable,
     StepStarted,
     StepSucceeded,
     StepTimedOut,
     WorkflowEngine,
     describe,
+    read_events,
+    read_runs,
     step,
 )
 
 if TYPE_CHECKING:
     from aegis_nb.mock import FaultPlan, Latency, Ledger, ToolFaults, TravelAgency
+    from aegis_nb.notebook import LiveView, ReplayView, SagaDiagram
     from aegis_nb.server import TIMEOUT_META_KEY, AegisMCP, ToolPairStep, ToolSession, WorkflowResult, connect
 
 __version__ = "0.1.0"
@@ -69,11 +80,14 @@ _LAZY = {
     "Ledger": "aegis_nb.mock",
     "ToolFaults": "aegis_nb.mock",
     "TravelAgency": "aegis_nb.mock",
+    "LiveView": "aegis_nb.notebook",
+    "ReplayView": "aegis_nb.notebook",
+    "SagaDiagram": "aegis_nb.notebook",
 }
 
 
 def __getattr__(name: str) -> Any:
-    """Load the parts that need the `mcp` extra (server, mock tools) only when asked for."""
+    """Load the parts that need extras (server and mock tools: `mcp`; views: `notebook`) when asked for."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'aegis_nb' has no attribute {name!r}")
@@ -111,13 +125,22 @@ __all__ = [
     "FunctionStep",
     "InMemoryJournal",
     "Journal",
+    "JournalCorrupt",
+    "JournalError",
+    "JournalInUse",
+    "JournalTooNew",
+    "JournalUnavailable",
     "Latency",
     "Ledger",
+    "LiveView",
+    "RecoveryIncomplete",
+    "ReplayView",
     "RetryPolicy",
     "SagaCommitted",
     "SagaCompensated",
     "SagaCompensationFailed",
     "SagaDefinitionError",
+    "SagaDiagram",
     "SagaEvent",
     "SagaFailed",
     "SagaReport",
@@ -128,8 +151,10 @@ __all__ = [
     "SagaStuck",
     "Secret",
     "Sink",
+    "SqliteJournal",
     "Step",
     "StepFailed",
+    "StepNotRecoverable",
     "StepRef",
     "StepResultError",
     "StepStarted",
@@ -147,5 +172,7 @@ __all__ = [
     "__version__",
     "connect",
     "describe",
+    "read_events",
+    "read_runs",
     "step",
 ]
