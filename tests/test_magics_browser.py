@@ -1,9 +1,10 @@
 """The magics in a real front end: JupyterLab on 127.0.0.1, headless Debian Chromium via Playwright.
 
-"Run All" must run a blocking ``%aegis_saga`` cell to its end before the next cell starts, and the
-``--interactive`` explorer must run the saga when its Run button is pressed in the browser, reading
-the toggles as they are at that moment. Screenshots of the explorer and of a rehearsal matrix go to
-`assets/` for the README and the tutorials.
+"Run All" must run a blocking ``%aegis_saga`` cell to its end before the next cell starts; a
+``--background`` saga's live output must turn into the static diagram in its own cell when it ends
+during a later cell; and the ``--interactive`` explorer must run the saga when its Run button is
+pressed in the browser, reading the toggles as they are at that moment. Screenshots of the explorer
+and of a rehearsal matrix go to `assets/` for the README and the tutorials.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ CELLS = [
     "print('after the saga:', run.status.value)",
     "%aegis_saga BookFlight ChargeCard --interactive --deadline 2 --name trip -o last",
     "%%aegis_rehearse --name trip\nBookFlight\nChargeCard",
+    "import asyncio\nrelease = asyncio.Event()",
+    "%%aegis_step Hold\nasync def execute(ctx):\n    await release.wait()\n\n"
+    "async def compensate(ctx):\n    pass",
+    "%aegis_saga Hold --background --name held -o held",
+    "release.set()\nprint('background:', (await _).status.value)",
 ]
 
 
@@ -169,6 +175,14 @@ def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(lab:
             expect(
                 cells.nth(3).locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
             ).to_have_text("SagaRolledBack: saga 'trip': Declined — rolled back: BookFlight")
+
+            # A background saga: its cell returned at once; a later cell let it finish, and its live
+            # output was then swapped, in place, for the static diagram.
+            expect(cells.nth(10).locator(".jp-OutputArea-output")).to_have_text("background: committed")
+            expect(cells.nth(9).locator(".aegis-static img")).to_have_count(1)
+            expect(cells.nth(9).locator(".aegis-static img")).to_have_attribute(
+                "alt", "held: committed — committed: Hold"
+            )
 
             rehearsal = cells.nth(6).locator(".aegis-rehearsal")
             expect(rehearsal).to_contain_text("✓ safe: in all 5 scenarios every rollback completes")
