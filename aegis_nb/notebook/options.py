@@ -72,7 +72,7 @@ class SagaOptions:
                 if name not in known:
                     raise UsageError(
                         f"{option} names {name!r}, which is not a step of this saga"
-                        f"{_did_you_mean(name, known)}; its steps are: {', '.join(known)}"
+                        f"{did_you_mean(name, known)}; its steps are: {', '.join(known)}"
                     )
 
 
@@ -110,7 +110,7 @@ class _Parser(argparse.ArgumentParser):
         if unknown:
             bad = unknown[0]
             raise UsageError(
-                f"%{self.prog}: unknown option {bad}{_did_you_mean(bad, sorted(self._option_names))}. "
+                f"%{self.prog}: unknown option {bad}{did_you_mean(bad, sorted(self._option_names))}. "
                 f"Usage: {self.usage}"
             )
         return self.parse_intermixed_args(argv)
@@ -284,6 +284,6 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _did_you_mean(name: str, known: Iterable[str]) -> str:
+def did_you_mean(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1)
     return f" (did you mean {close[0]}?)" if close else ""

@@ -21,7 +21,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from aegis_nb.notebook.injection import Fault, inject
-from aegis_nb.notebook.options import _did_you_mean
+from aegis_nb.notebook.options import did_you_mean
 from aegis_nb.saga.definition import SagaEntry
 
 
@@ -81,7 +81,7 @@ def resolve_step(name: str, steps: Mapping[str, Any], namespace: Mapping[str, An
         known = sorted(set(steps) | {k for k, v in namespace.items() if _looks_like_step(v)})
         hint = f"; known steps: {', '.join(known)}" if known else ""
         raise UsageError(
-            f"unknown step {name!r}{_did_you_mean(name, known)}: define it with %%aegis_step {name}, "
+            f"unknown step {name!r}{did_you_mean(name, known)}: define it with %%aegis_step {name}, "
             f"or bind a step object to the variable {name}{hint}"
         )
     if inspect.isclass(value) and _looks_like_step(value):
