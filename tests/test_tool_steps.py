@@ -220,3 +220,13 @@ def test_a_tool_pair_needs_tool_names() -> None:
         SagaDefinitionError, match="ToolPairStep: compensate_tool must be a tool name, got ''"
     ):
         ToolPairStep(object(), "book_flight", "")  # type: ignore[arg-type]
+
+
+async def test_a_saga_error_inside_the_session_block_arrives_as_itself() -> None:
+    """Not wrapped in the MCP client's task-group ExceptionGroup: `except SagaRolledBack` works."""
+    agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(declined=True)}))
+    with pytest.raises(SagaRolledBack) as failure:
+        async with agency.connect() as session:
+            await WorkflowEngine().execute_saga(travel_saga(session, "Lisbon", 3), trip_context(CARD))
+    assert str(failure.value.__cause__) == "Card Declined!"
+    assert agency.state().is_empty

@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any, NotRequired, cast
 
 import anyio
-from mcp import Client
 from pydantic import Field
 from typing_extensions import TypedDict
 
@@ -23,7 +22,7 @@ from aegis_nb.kernel.errors import ToolError
 from aegis_nb.mock.faults import FaultOutcome, FaultPlan, FaultPlanError, FaultState, ToolFaults
 from aegis_nb.mock.ledger import BookingKind, Ledger, LedgerError, LedgerState
 from aegis_nb.server.app import AegisMCP
-from aegis_nb.server.session import ToolSession
+from aegis_nb.server.session import ToolSession, connect
 
 DECLINED = "Card Declined!"
 DECLINED_TEST_CARD = "4000000000000002"
@@ -122,8 +121,8 @@ class TravelAgency:
     @asynccontextmanager
     async def connect(self, **client_options: Any) -> AsyncIterator[ToolSession]:
         """An in-process client session on this agency (one call, a real MCP client)."""
-        async with Client(self.server, **client_options) as client:
-            yield ToolSession(client)
+        async with connect(self.server, **client_options) as session:
+            yield session
 
     async def _before(self, tool: str) -> None:
         delay = self._faults.delay(tool)

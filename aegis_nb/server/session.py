@@ -73,7 +73,25 @@ async def connect(
 ) -> AsyncIterator[ToolSession]:
     """``async with connect(server_or_params_or_url) as session:`` a `ToolSession` over a real client.
 
-    `client_options` go to `mcp.Client` (e.g. ``read_timeout_seconds``).
+    `client_options` go to `mcp.Client` (e.g. ``read_timeout_seconds``). An exception raised in the
+    block comes out as itself, not wrapped in the client's task-group `ExceptionGroup`, so
+    ``except SagaRolledBack`` around the block works.
     """
-    async with Client(target, **client_options) as client:
-        yield ToolSession(client)
+    try:
+        async with Client(target, **client_options) as client:
+            yield ToolSession(client)
+    except BaseExceptionGroup as group:
+        sole = sole_exception(group)
+        if sole is None:
+            raise
+        raise sole from sole.__cause__  # the group only wrapped it: keep its own cause, drop the group
+
+
+def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception nested task groups wrapped, or None when there are several."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup):
+        if len(found.exceptions) != 1:
+            return None
+        found = found.exceptions[0]
+    return found
