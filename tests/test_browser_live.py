@@ -14,15 +14,10 @@ notebook to HTML with nbconvert, without a kernel, and finds the static diagram 
 from __future__ import annotations
 
 import base64
-import json
-import os
 import re
-import secrets
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.conftest import require, require_executable
+from tests.jupyterlab import CHROMIUM_ARGS, Lab, running_lab
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -42,15 +37,6 @@ ROOT = Path(__file__).parent.parent
 NOTEBOOK = Path(__file__).parent / "notebooks" / "live_travel.ipynb"
 ASSETS = ROOT / "assets"
 SVG = "{http://www.w3.org/2000/svg}"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 # The execution indicator says idle before a kernel is attached: also wait for the kernel's name.
 KERNEL_READY = """
 () => {
@@ -86,14 +72,6 @@ OBSERVER = """
 
 
 @dataclass(frozen=True)
-class Lab:
-    url: str
-    token: str
-    root: Path
-    log: list[str]  # the server's stderr, as it arrives
-
-
-@dataclass(frozen=True)
 class Session:
     """What the browser saw, and the notebook it saved."""
 
@@ -106,91 +84,13 @@ class Session:
     server_log: str
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def write_kernelspec(jupyter_path: Path) -> None:
-    """A ``python3`` kernel running this interpreter (the venv's), found before any other."""
-    spec = jupyter_path / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "Python 3 (aegis_nb tests)",
-                "language": "python",
-            }
-        )
-    )
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    require_executable("chromium")
-    require(shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is not None, "jupyter-lab")
     base = tmp_path_factory.mktemp("lab")
-    root = base / "notebooks"
-    root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
-    write_kernelspec(base / "jupyter-path")
-    notifications = base / "settings" / "@jupyterlab" / "apputils-extension"
-    notifications.mkdir(parents=True)
-    (notifications / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False})
-    )
-    token = secrets.token_hex(16)
-    port = free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_PATH": str(base / "jupyter-path"),
-        "JUPYTER_CONFIG_DIR": str(base / "config"),
-        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
-    }
-    server = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "jupyter-lab"),
-            "--no-browser",
-            "--allow-root",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            "--LabApp.news_url=",
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    started = threading.Event()
-    log: list[str] = []
-
-    def watch() -> None:
-        assert server.stderr is not None
-        for line in server.stderr:
-            log.append(line)
-            if f"127.0.0.1:{port}/" in line:
-                started.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    try:
-        if not started.wait(timeout=90):
-            pytest.fail("JupyterLab did not start:\n" + "".join(log[-30:]))
-        yield Lab(f"http://127.0.0.1:{port}", token, root, log)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    (base / "notebooks").mkdir()
+    shutil.copy(NOTEBOOK, base / "notebooks" / NOTEBOOK.name)
+    with running_lab(base) as started:
+        yield started
 
 
 def decode_img(src: str) -> str:

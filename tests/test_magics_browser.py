@@ -9,35 +9,18 @@ and of a rehearsal matrix go to `assets/` for the README and the tutorials.
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require, require_executable
+from tests.jupyterlab import CHROMIUM_ARGS, Lab, running_lab
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parent.parent
 ASSETS = ROOT / "assets"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 KERNEL_IDLE = """
 () => {
   const bar = document.querySelector('.jp-NotebookPanel-toolbar');
@@ -64,18 +47,6 @@ CELLS = [
 ]
 
 
-@dataclass(frozen=True)
-class Lab:
-    url: str
-    token: str
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def write_notebook(path: Path) -> None:
     import nbformat
 
@@ -87,72 +58,11 @@ def write_notebook(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    require_executable("chromium")
-    require(shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is not None, "jupyter-lab")
     base = tmp_path_factory.mktemp("lab")
-    root = base / "notebooks"
-    root.mkdir()
-    write_notebook(root / "magics.ipynb")
-    spec = base / "jupyter-path" / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"})
-    )
-    settings = base / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False})
-    )
-    token, port = secrets.token_hex(16), free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_PATH": str(base / "jupyter-path"),
-        "JUPYTER_CONFIG_DIR": str(base / "config"),
-        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
-    }
-    server = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "jupyter-lab"),
-            "--no-browser",
-            "--allow-root",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            "--LabApp.news_url=",
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    started = threading.Event()
-    log: list[str] = []
-
-    def watch() -> None:
-        assert server.stderr is not None
-        for line in server.stderr:
-            log.append(line)
-            if f"127.0.0.1:{port}/" in line:
-                started.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    try:
-        if not started.wait(timeout=90):
-            pytest.fail("JupyterLab did not start:\n" + "".join(log[-30:]))
-        yield Lab(f"http://127.0.0.1:{port}", token)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    (base / "notebooks").mkdir()
+    write_notebook(base / "notebooks" / "magics.ipynb")
+    with running_lab(base) as started:
+        yield started
 
 
 def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(lab: Lab) -> None:

@@ -1,0 +1,131 @@
+"""A real JupyterLab for browser tests: started on 127.0.0.1 with a private config and this venv's kernel.
+
+Used with headless Debian Chromium (never a browser download) driven by Playwright.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require, require_executable
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@dataclass(frozen=True)
+class Lab:
+    url: str
+    token: str
+    root: Path  # the folder JupyterLab serves
+    log: list[str]  # the server's stderr, as it arrives
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_kernelspec(jupyter_path: Path) -> None:
+    """A ``python3`` kernel running this interpreter (the venv's), found before any other."""
+    spec = jupyter_path / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (aegis_nb tests)",
+                "language": "python",
+            }
+        )
+    )
+
+
+def chromium() -> str:
+    """The Debian Chromium executable (skip, or fail in strict mode, without it)."""
+    return require_executable("chromium")
+
+
+@contextmanager
+def running_lab(base: Path) -> Iterator[Lab]:
+    """Serve ``base / "notebooks"`` (the caller fills it) until the block ends."""
+    chromium()
+    require(shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is not None, "jupyter-lab")
+    root = base / "notebooks"
+    root.mkdir(exist_ok=True)
+    write_kernelspec(base / "jupyter-path")
+    notifications = base / "settings" / "@jupyterlab" / "apputils-extension"
+    notifications.mkdir(parents=True)
+    (notifications / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    token, port = secrets.token_hex(16), free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": str(base / "jupyter-path"),
+        "JUPYTER_CONFIG_DIR": str(base / "config"),
+        "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(base / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
+    }
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "jupyter-lab"),
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    started = threading.Event()
+    log: list[str] = []
+
+    def watch() -> None:
+        assert server.stderr is not None
+        for line in server.stderr:
+            log.append(line)
+            if f"127.0.0.1:{port}/" in line:
+                started.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        if not started.wait(timeout=90):
+            pytest.fail("JupyterLab did not start:\n" + "".join(log[-30:]))
+        yield Lab(f"http://127.0.0.1:{port}", token, root, log)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
