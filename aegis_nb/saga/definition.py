@@ -81,11 +81,11 @@ def _with_unique_names(specs: list[StepSpec]) -> tuple[StepSpec, ...]:
         return tuple(specs)
     seen: Counter[str] = Counter()
     unique = []
-    for spec in specs:
-        if counts[spec.name] > 1:
-            seen[spec.name] += 1
-            spec = spec._replace(name=f"{spec.name}#{seen[spec.name]}")
-        unique.append(spec)
+    for index, name, step, args, kwargs, timeout, retry, in_doubt in specs:
+        if counts[name] > 1:
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        unique.append(StepSpec(index, name, step, args, kwargs, timeout, retry, in_doubt))
     return tuple(unique)
 
 
