@@ -43,8 +43,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
+# JupyterLab refuses to run as root without --allow-root (containers and CI machines run as root).
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
