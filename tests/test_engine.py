@@ -283,3 +283,9 @@ async def test_an_in_doubt_step_whose_tool_refused_is_not_compensated() -> None:
         await WorkflowEngine().execute_saga(steps)
     assert calls.trail() == [("execute", "flight"), ("execute", "card"), ("compensate", "flight")]
     assert raised.value.report.summary() == "Card Declined! — rolled back: flight"
+
+
+async def test_recover_needs_a_durable_journal() -> None:
+    for journal in (None, InMemoryJournal()):
+        with pytest.raises(TypeError, match="recover\\(\\) needs a durable journal, such as SqliteJournal"):
+            await WorkflowEngine(journal=journal).recover()

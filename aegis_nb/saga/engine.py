@@ -167,13 +167,13 @@ class WorkflowEngine:
         Uses this engine's retry policy and budget and emits the same events as a live rollback
         (to the engine's sinks and `sinks`). See `aegis_nb.saga.durable.recovery`.
         """
-        from aegis_nb.saga.durable.recovery import recover_unfinished
+        from aegis_nb.saga.durable.recovery import RecoverableJournal, recover_unfinished
 
         journal = self.journal
-        if journal is None or not hasattr(journal, "unfinished"):
+        if not isinstance(journal, RecoverableJournal):
             raise TypeError(f"recover() needs a durable journal, such as SqliteJournal; got {journal!r}")
         return await recover_unfinished(
-            journal,  # type: ignore[arg-type]
+            journal,
             default_retry=self.compensation_retry,
             budget=self.compensation_budget,
             sink_sets=(self._sinks, SinkSet(sinks)),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import anyio
 
@@ -57,6 +57,7 @@ CRASH = ErrorInfo("ProcessCrashed", "the process running the saga stopped before
 """The cause recorded for a run that crashed before anything failed."""
 
 
+@runtime_checkable
 class RecoverableJournal(Journal, Protocol):
     """A journal recovery can read back: unfinished runs, and how to rebuild their steps."""
 
