@@ -1,51 +1,17 @@
-"""The AegisMCP documentation page's example, verbatim, behaves as the page says."""
+"""The AegisMCP documentation page's example, verbatim, behaves as the page says.
+
+The verbatim copy lives in `tests/servers/doc_travel_agent.py`, which also serves it over stdio.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 import anyio
 import pytest
 
 from aegis_nb import SagaRolledBack
-
-# --- verbatim from shared/reference/aegismcp-workflows-and-sagas.md (do not edit) -----------------
-import asyncio
-from aegismcp.server.app import AegisMCP
-from aegismcp.kernel.context import AegisContext
-
-app = AegisMCP("TravelAgent")
-
-class BookFlightStep:
-    async def execute(self, ctx: AegisContext):
-        print("Booking flight...")
-        booking_id = "FLIGHT_999"
-
-        # We mutate the baggage to pass state to future steps,
-        # AND to remember what to compensate!
-        ctx = ctx.with_metadata({"flight_id": booking_id})
-        return ctx
-
-    async def compensate(self, ctx: AegisContext):
-        flight_id = ctx.metadata.get("flight_id")
-        print(f"Canceling flight {flight_id}...")
-
-class ChargeCardStep:
-    async def execute(self, ctx: AegisContext):
-        flight_id = ctx.metadata.get("flight_id")
-        print(f"Attempting to charge card for {flight_id}...")
-        raise ValueError("Card Declined!")
-
-    async def compensate(self, ctx: AegisContext):
-        pass
-
-@app.workflow("book_vacation")
-async def book_vacation_saga(ctx: AegisContext):
-    # Pass the initial context. The engine automatically threads 
-    # the returned, mutated context forward to the next steps!
-    return await app.workflow_engine.execute_saga([
-        (BookFlightStep(), (), {}),
-        (ChargeCardStep(), (), {})
-    ], ctx)
-# --- end of the verbatim example -----------------------------------------------------------------
+from tests.servers.doc_travel_agent import AegisContext, app, book_vacation_saga
 
 
 @pytest.mark.anyio
