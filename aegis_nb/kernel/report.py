@@ -96,7 +96,7 @@ class SagaReport:
         if self.status is SagaStatus.COMMITTED:
             return f"committed: {', '.join(self.steps)}"
         reason = str(self.cause) if self.cause is not None else "failed"
-        undone = ", ".join(str(step) for step in self.compensated) or "nothing to undo"
+        undone = ", ".join([step.name for step in self.compensated]) or "nothing to undo"
         if not self.compensation_failures:
             return f"{reason} — rolled back: {undone}"
         standing = "; ".join(

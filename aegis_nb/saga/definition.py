@@ -69,25 +69,46 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
         )
     if not entries:
         raise SagaDefinitionError("the saga has no steps: there is nothing to run or undo")
-    plain_classes: dict[type, bool] = {}
-    specs = [_spec(index, entry, plain_classes) for index, entry in enumerate(entries)]
-    return _with_unique_names(specs)
+    # Sagas often repeat one class many times: each class is checked once, and a bare instance of
+    # a class with async methods and no tuning attributes (unless the instance sets some) takes
+    # the fast path. Validation runs per step per saga, so this loop is on the hot path.
+    plain_classes: dict[type, bool] = {tuple: False}
+    resolved: list[_Resolved] = []
+    for index, entry in enumerate(entries):
+        cls = type(entry)
+        plain = plain_classes.get(cls)
+        if plain is None:
+            plain = plain_classes[cls] = _is_plain_step_class(cls)
+        if plain and _OVERRIDABLE.isdisjoint(getattr(entry, "__dict__", ())):
+            resolved.append((cls.__name__, entry, _NO_ARGS, _NO_KWARGS, None, None, False))
+        else:
+            resolved.append(_resolve(index, entry))
+    names = _unique_names([row[0] for row in resolved])
+    return tuple(
+        StepSpec(index, name, step, args, kwargs, timeout, retry, in_doubt)
+        for index, (name, (_, step, args, kwargs, timeout, retry, in_doubt)) in enumerate(
+            zip(names, resolved, strict=True)
+        )
+    )
 
 
-def _with_unique_names(specs: list[StepSpec]) -> tuple[StepSpec, ...]:
-    """Give repeated names a ``#n`` suffix so every lifeline and log line is unambiguous."""
-    counts = Counter(spec.name for spec in specs)
-    if len(counts) == len(specs):
-        return tuple(specs)
+def _unique_names(names: list[str]) -> list[str]:
+    """Repeated names get a ``#n`` suffix, so every lifeline and log line is unambiguous."""
+    counts = Counter(names)
+    if len(counts) == len(names):
+        return names
     seen: Counter[str] = Counter()
     unique = []
-    for index, name, step, args, kwargs, timeout, retry, in_doubt in specs:
+    for name in names:
         if counts[name] > 1:
             seen[name] += 1
             name = f"{name}#{seen[name]}"
-        unique.append(StepSpec(index, name, step, args, kwargs, timeout, retry, in_doubt))
-    return tuple(unique)
+        unique.append(name)
+    return unique
 
+
+_Resolved = tuple[str, Any, tuple[Any, ...], Mapping[str, Any], float | None, RetryPolicy | None, bool]
+"""A checked entry before naming: display name, step, args, kwargs, timeout, retry, in-doubt."""
 
 _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
@@ -96,19 +117,12 @@ _TUNING = ("name", "timeout", "compensation_retry", "in_doubt", "is_complete")
 _OVERRIDABLE = frozenset(("execute", "compensate", *_TUNING))
 
 
-def _spec(index: int, entry: object, plain_classes: dict[type, bool]) -> StepSpec:
+def _resolve(index: int, entry: object) -> _Resolved:
+    """The slow path: check one entry fully and read its options."""
     if isinstance(entry, tuple):
         step, args, kwargs = _split_entry(index, entry)
     else:
         step, args, kwargs = entry, _NO_ARGS, _NO_KWARGS
-    # Sagas often repeat one class many times: check a class once, and take the fast path for
-    # instances of a class with async methods and no tuning attributes, unless the instance sets some.
-    cls = type(step)
-    plain = plain_classes.get(cls)
-    if plain is None:
-        plain = plain_classes[cls] = _is_plain_step_class(cls)
-    if plain and _OVERRIDABLE.isdisjoint(getattr(step, "__dict__", _OVERRIDABLE)):
-        return StepSpec(index, cls.__name__, step, args, kwargs, None, None, False)
     name = step_name(step)
     where = f"saga entry {index} ({name})"
     _check_method(step, "execute", where)
@@ -118,8 +132,7 @@ def _spec(index: int, entry: object, plain_classes: dict[type, bool]) -> StepSpe
             f"{where}: the step has no compensation; attach one with "
             f"@{name}.compensation, or declare it @step(read_only=True) if it changes nothing"
         )
-    return StepSpec(
-        index,
+    return (
         name,
         step,
         args,

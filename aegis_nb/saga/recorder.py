@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from aegis_nb.kernel.clock import Clock
+from aegis_nb.kernel.records import builder
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import SagaEvent
 
@@ -53,7 +54,7 @@ class SinkSet:
 class RunRecorder:
     """Builds each event with the run id, the next sequence number and the clock time."""
 
-    __slots__ = ("_sinks", "clock", "events", "journal", "run_id")
+    __slots__ = ("clock", "events", "journal", "run_id", "sinks")
 
     def __init__(
         self, run_id: str, clock: Clock, journal: Journal | None, sink_sets: tuple[SinkSet, ...]
@@ -62,12 +63,13 @@ class RunRecorder:
         self.clock = clock
         self.journal = journal
         self.events: list[SagaEvent] = []
-        # Flattened once per run: publishing is on the hot path, two events per step.
-        self._sinks = tuple((sink, origin) for origin in sink_sets for sink in origin._sinks)
+        # Flattened once per run: publishing is on the hot path, two events per step. Each sink is
+        # paired with the set it came from, so a failing one can be detached there too.
+        self.sinks = tuple((sink, origin) for origin in sink_sets for sink in origin._sinks)
 
-    async def emit(self, event_type: Callable[..., SagaEvent], *fields: Any) -> SagaEvent:
+    async def emit(self, event_type: type[SagaEvent], *fields: Any) -> SagaEvent:
         """Create ``event_type(run_id, seq, time, *fields)``, journal it, then publish it."""
-        event = event_type(self.run_id, len(self.events), self.clock(), *fields)
+        event = builder(event_type)(self.run_id, len(self.events), self.clock(), *fields)
         if self.journal is not None:
             await self.journal.append(event)
         self.publish(event)
@@ -76,14 +78,15 @@ class RunRecorder:
     def publish(self, event: SagaEvent) -> None:
         """Record `event` in the run and hand it to every sink (the journal must already have it)."""
         self.events.append(event)
-        for sink, origin in self._sinks:
+        for sink, origin in self.sinks:
             try:
                 sink(event)
             except Exception:
-                self._detach(sink, origin, event)
+                self.detach(sink, origin, event)
 
-    def _detach(self, sink: Sink, origin: SinkSet, event: SagaEvent) -> None:
-        self._sinks = tuple(pair for pair in self._sinks if pair[0] is not sink)
+    def detach(self, sink: Sink, origin: SinkSet, event: SagaEvent) -> None:
+        """Drop a sink that raised on `event`, from this run and from the set it came from, and log it."""
+        self.sinks = tuple(pair for pair in self.sinks if pair[0] is not sink)
         origin.discard(sink)
         logger.exception(
             "event sink %r raised on %s and was detached; the saga goes on",

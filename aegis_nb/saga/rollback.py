@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import anyio
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.executor import DeadlineGuard
-from aegis_nb.kernel.records import record
+from aegis_nb.kernel.records import builder
 from aegis_nb.kernel.report import CompensationFailure, ErrorInfo, StepRef
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
@@ -32,10 +33,16 @@ from aegis_nb.saga.events import (
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
 
+_new_started = builder(CompensationStarted)
+_new_succeeded = builder(CompensationSucceeded)
+_new_step_ref = builder(StepRef)
 
-@record
-class OwedCompensation:
-    """A step to undo and the context its compensation receives (what its execute produced)."""
+
+class OwedCompensation(NamedTuple):
+    """A step to undo and the context its compensation receives (what its execute produced).
+
+    `roll_back` takes any ``(spec, snapshot)`` pairs; the engine passes plain tuples.
+    """
 
     spec: StepSpec
     snapshot: AegisContext
@@ -49,7 +56,7 @@ class RollbackResult:
 
 async def roll_back(
     recorder: RunRecorder,
-    owed: Sequence[OwedCompensation],
+    owed: Sequence[tuple[StepSpec, AegisContext]],
     *,
     default_retry: RetryPolicy,
     budget: float,
@@ -74,7 +81,7 @@ class _Rollback:
     def __init__(
         self,
         recorder: RunRecorder,
-        owed: Sequence[OwedCompensation],
+        owed: Sequence[tuple[StepSpec, AegisContext]],
         default_retry: RetryPolicy,
         budget: float,
     ) -> None:
@@ -95,44 +102,57 @@ class _Rollback:
 
     async def drain(self, guard: DeadlineGuard) -> None:
         """Compensate the pending steps in order; a failed attempt is retried or given up on in place."""
-        recorder, budget, pending = self.recorder, self.budget, self.pending
-        run_id, clock, journal, publish = recorder.run_id, recorder.clock, recorder.journal, recorder.publish
+        recorder, budget, pending, compensated = self.recorder, self.budget, self.pending, self.compensated
+        run_id, clock, journal, events = recorder.run_id, recorder.clock, recorder.journal, recorder.events
         while pending:
-            item = pending[0]
-            spec = item.spec
-            self.attempt_started = now = guard.begin(spec.name)
+            spec, snapshot = pending[0]
+            index, name = spec.index, spec.name
+            guard.step = name
+            self.attempt_started = guard.started_at = now = clock()
             if guard.deadline < now + budget:
                 guard.deadline = now + 2 * budget
-            ctx = item.snapshot._with_budget(now + budget)
-            # recorder.emit, inlined: a long rollback is two events per step, like the forward phase.
-            event: SagaEvent = CompensationStarted(
-                run_id, len(recorder.events), now, spec.index, spec.name, self.attempt_number
-            )
+            ctx = snapshot._with_budget(now + budget)
+            # recorder.emit and .publish, inlined: a long rollback is two events per step, like
+            # the forward phase.
+            event: SagaEvent = _new_started(run_id, len(events), now, index, name, self.attempt_number)
             if journal is not None:
                 await journal.append(event)
-            publish(event)
+            events.append(event)
+            for sink, origin in recorder.sinks:
+                try:
+                    sink(event)
+                except Exception:
+                    recorder.detach(sink, origin, event)
             try:
-                await spec.step.compensate(ctx, *spec.args, **spec.kwargs)
+                if spec.args or spec.kwargs:
+                    await spec.step.compensate(ctx, *spec.args, **spec.kwargs)
+                else:  # unpacking empty args costs as much as the rest of the call
+                    await spec.step.compensate(ctx)
             except Exception as exc:
                 await self.failed(exc, guard)
                 continue
             attempt = self.attempt_number
-            self._next()
+            if attempt == 1:
+                pending.popleft()
+            else:
+                self._next()
             done = clock()
-            event = CompensationSucceeded(
-                run_id, len(recorder.events), done, spec.index, spec.name, attempt, done - now
-            )
+            event = _new_succeeded(run_id, len(events), done, index, name, attempt, done - now)
             if journal is not None:
                 await journal.append(event)
-            publish(event)
-            self.compensated.append(StepRef(spec.index, spec.name))
+            events.append(event)
+            for sink, origin in recorder.sinks:
+                try:
+                    sink(event)
+                except Exception:
+                    recorder.detach(sink, origin, event)
+            compensated.append(_new_step_ref(index, name))
 
     async def failed(self, exc: Exception, guard: DeadlineGuard | None) -> None:
         """Record a failed attempt; back off before the next one, or give up on this step."""
-        item, clock = self.pending[0], self.recorder.clock
-        spec = item.spec
+        (spec, snapshot), clock = self.pending[0], self.recorder.clock
         policy = spec.retry or self.default_retry
-        error = ErrorInfo.from_exception(exc, item.snapshot.secret_values())
+        error = ErrorInfo.from_exception(exc, snapshot.secret_values())
         attempt = self.attempt_number
         will_retry = attempt < policy.attempts
         await self.recorder.emit(
