@@ -38,15 +38,8 @@ class AegisContext:
     def _build(
         cls, metadata: FrozenDict, deadline: float, run_id: str | None, step_index: int | None
     ) -> AegisContext:
-        # Filled as a mutable twin, then re-classed (see kernel.records): the engine derives a
-        # context per step, and this is 3x cheaper than setting immutable slots one by one.
-        self: AegisContext = _new(_Unfrozen)
-        self._metadata = metadata
-        self._deadline = deadline
-        self._run_id = run_id
-        self._step_index = step_index
-        self.__class__ = AegisContext
-        return self
+        """A context from trusted, already frozen parts (journals rebuild contexts with it)."""
+        return _assemble(metadata, deadline, run_id, step_index)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -97,7 +90,7 @@ class AegisContext:
         """A new context with `updates` merged into the metadata; this one is left untouched."""
         merged = dict(self._metadata._data)
         merged.update(freeze_mapping(updates))
-        return self._build(FrozenDict._trusted(merged), self._deadline, self._run_id, self._step_index)
+        return _assemble(FrozenDict._trusted(merged), self._deadline, self._run_id, self._step_index)
 
     def with_deadline(self, deadline: float) -> AegisContext:
         """A new context whose deadline is the earlier of the current one and `deadline`."""
@@ -105,7 +98,7 @@ class AegisContext:
             raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
         if deadline >= self._deadline:
             return self
-        return self._build(self._metadata, float(deadline), self._run_id, self._step_index)
+        return _assemble(self._metadata, float(deadline), self._run_id, self._step_index)
 
     def with_timeout(self, seconds: float) -> AegisContext:
         """A new context due `seconds` from now, unless the current deadline is earlier."""
@@ -118,11 +111,11 @@ class AegisContext:
     def _for_step(self, run_id: str, step_index: int) -> AegisContext:
         if self._run_id == run_id and self._step_index == step_index:
             return self
-        return self._build(self._metadata, self._deadline, run_id, step_index)
+        return _assemble(self._metadata, self._deadline, run_id, step_index)
 
     def _with_budget(self, deadline: float) -> AegisContext:
         """Replace (not shorten) the deadline: compensations get a fresh budget of their own."""
-        return self._build(self._metadata, deadline, self._run_id, self._step_index)
+        return _assemble(self._metadata, deadline, self._run_id, self._step_index)
 
     # -- value behaviour -----------------------------------------------------------------------
 
@@ -158,7 +151,7 @@ class AegisContext:
 
 
 class _Unfrozen(AegisContext):
-    """Same layout, plain attribute setting: only ever seen half-built inside `AegisContext._build`."""
+    """Same layout, plain attribute setting: only ever seen half-built, inside `_assemble`."""
 
     __slots__ = ()
     __setattr__ = object.__setattr__  # type: ignore[assignment]
@@ -166,3 +159,17 @@ class _Unfrozen(AegisContext):
 
 
 _new = object.__new__
+
+
+def _assemble(
+    metadata: FrozenDict, deadline: float, run_id: str | None, step_index: int | None
+) -> AegisContext:
+    # Filled as a mutable twin, then re-classed (see kernel.records): the engine derives a context
+    # per step, and this is 3x cheaper than setting immutable slots one by one.
+    context: AegisContext = _new(_Unfrozen)
+    context._metadata = metadata
+    context._deadline = deadline
+    context._run_id = run_id
+    context._step_index = step_index
+    context.__class__ = AegisContext
+    return context

@@ -16,6 +16,7 @@ import inspect
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from itertools import count
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -73,43 +74,43 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
     # a class with async methods and no tuning attributes (unless the instance sets some) takes
     # the fast path. Validation runs per step per saga, so this loop is on the hot path.
     plain_classes: dict[type, bool] = {tuple: False}
-    resolved: list[_Resolved] = []
+    names: list[str] = []
+    options: list[_Options] = []
     for index, entry in enumerate(entries):
         cls = type(entry)
         plain = plain_classes.get(cls)
         if plain is None:
             plain = plain_classes[cls] = _is_plain_step_class(cls)
         if plain and _OVERRIDABLE.isdisjoint(getattr(entry, "__dict__", ())):
-            resolved.append((cls.__name__, entry, _NO_ARGS, _NO_KWARGS, None, None, False))
+            names.append(cls.__name__)
+            options.append((entry, _NO_ARGS, _NO_KWARGS, None, None, False))
         else:
-            resolved.append(_resolve(index, entry))
-    names = _unique_names([row[0] for row in resolved])
+            name, resolved = _resolve(index, entry)
+            names.append(name)
+            options.append(resolved)
+    _make_unique(names)
+    # tuple.__new__ skips StepSpec's Python-level __new__: a third of this function's time.
     return tuple(
-        StepSpec(index, name, step, args, kwargs, timeout, retry, in_doubt)
-        for index, (name, (_, step, args, kwargs, timeout, retry, in_doubt)) in enumerate(
-            zip(names, resolved, strict=True)
-        )
+        [_new_tuple(StepSpec, (index, name, *rest)) for index, name, rest in zip(count(), names, options)]
     )
 
 
-def _unique_names(names: list[str]) -> list[str]:
-    """Repeated names get a ``#n`` suffix, so every lifeline and log line is unambiguous."""
+def _make_unique(names: list[str]) -> None:
+    """Give repeated names a ``#n`` suffix in place, so every lifeline and log line is unambiguous."""
     counts = Counter(names)
     if len(counts) == len(names):
-        return names
-    seen: Counter[str] = Counter()
-    unique = []
-    for name in names:
+        return
+    seen: dict[str, int] = {}
+    for position, name in enumerate(names):
         if counts[name] > 1:
-            seen[name] += 1
-            name = f"{name}#{seen[name]}"
-        unique.append(name)
-    return unique
+            seen[name] = number = seen.get(name, 0) + 1
+            names[position] = f"{name}#{number}"
 
 
-_Resolved = tuple[str, Any, tuple[Any, ...], Mapping[str, Any], float | None, RetryPolicy | None, bool]
-"""A checked entry before naming: display name, step, args, kwargs, timeout, retry, in-doubt."""
+_Options = tuple[Any, tuple[Any, ...], Mapping[str, Any], float | None, RetryPolicy | None, bool]
+"""A checked entry's StepSpec fields after index and name: step, args, kwargs, timeout, retry, in-doubt."""
 
+_new_tuple = tuple.__new__
 _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 
@@ -117,7 +118,7 @@ _TUNING = ("name", "timeout", "compensation_retry", "in_doubt", "is_complete")
 _OVERRIDABLE = frozenset(("execute", "compensate", *_TUNING))
 
 
-def _resolve(index: int, entry: object) -> _Resolved:
+def _resolve(index: int, entry: object) -> tuple[str, _Options]:
     """The slow path: check one entry fully and read its options."""
     if isinstance(entry, tuple):
         step, args, kwargs = _split_entry(index, entry)
@@ -132,8 +133,7 @@ def _resolve(index: int, entry: object) -> _Resolved:
             f"{where}: the step has no compensation; attach one with "
             f"@{name}.compensation, or declare it @step(read_only=True) if it changes nothing"
         )
-    return (
-        name,
+    return name, (
         step,
         args,
         kwargs,

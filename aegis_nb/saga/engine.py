@@ -210,9 +210,10 @@ class _Forward:
         started = clock()
         current = self.initial
         await recorder.emit(
-            SagaStarted, self.saga, tuple(s.name for s in self.specs), current.deadline, current
+            SagaStarted, self.saga, tuple([s.name for s in self.specs]), current.deadline, current
         )
         guard = DeadlineGuard(current.deadline, clock)
+        deadline = guard.deadline  # mirrored locally: read twice per step, written rarely
         # What _fail needs to know if the step in hand raises.
         running: StepSpec | None = None
         step_input = current
@@ -220,15 +221,15 @@ class _Forward:
         try:
             with guard:
                 for spec in self.specs:
-                    index, name = spec.index, spec.name
+                    index, name, step, args, kwargs, timeout, _, _ = spec
                     running = spec
                     step_input = current._for_step(run_id, index)
                     guard.step = name
                     guard.started_at = step_started = clock()
-                    if spec.timeout is not None:
-                        guard.deadline = min(current.deadline, step_started + spec.timeout)
-                    if step_started >= guard.deadline:
-                        raise ToolTimeoutError(name, guard.deadline - step_started)
+                    if timeout is not None:
+                        guard.deadline = deadline = min(current.deadline, step_started + timeout)
+                    if step_started >= deadline:
+                        raise ToolTimeoutError(name, deadline - step_started)
                     # recorder.emit and .publish, inlined: two events per step are most of the
                     # engine's cost, and a call saved on each is measurable.
                     event: SagaEvent = _new_step_started(run_id, len(events), step_started, index, name)
@@ -242,18 +243,14 @@ class _Forward:
                             recorder.detach(sink, origin, event)
 
                     # Unpacking empty args costs as much as the rest of the call: skip it.
-                    if spec.args or spec.kwargs:
-                        result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
+                    if args or kwargs:
+                        result = await step.execute(step_input, *args, **kwargs)
                     else:
-                        result = await spec.step.execute(step_input)
+                        result = await step.execute(step_input)
 
-                    if result is None:
-                        current = step_input
-                        if spec.timeout is not None:
-                            guard.deadline = current.deadline
-                    else:
-                        current = self._accept(spec, step_input, result)
-                        guard.deadline = current.deadline
+                    current = step_input if result is None else self._accept(spec, step_input, result)
+                    if current.deadline != deadline:  # a shorter one, or the end of a step timeout
+                        guard.deadline = deadline = current.deadline
                     snapshots.append(current)
                     running = None
                     now = clock()
@@ -353,14 +350,25 @@ class _Forward:
             run_id=self.recorder.run_id,
             saga=self.saga,
             status=status,
-            steps=tuple(s.name for s in self.specs),
-            succeeded=tuple(_new_step_ref(s.index, s.name) for s in self.specs[: len(self.snapshots)]),
+            steps=tuple([s.name for s in self.specs]),
+            succeeded=self._succeeded(compensated, failures),
             failed_step=None if failed is None else StepRef(failed.index, failed.name),
             failure_kind=kind,
             cause=cause,
             compensated=compensated,
             compensation_failures=failures,
         )
+
+
+    def _succeeded(
+        self, compensated: tuple[StepRef, ...], failures: tuple[CompensationFailure, ...]
+    ) -> tuple[StepRef, ...]:
+        completed = len(self.snapshots)
+        if not failures and len(compensated) == completed:
+            # Each completed step was undone once, newest first, and nothing else was (an in-doubt
+            # step would make one more): the same references, oldest first.
+            return compensated[::-1]
+        return tuple([_new_step_ref(s.index, s.name) for s in self.specs[:completed]])
 
 
 def _classify(exc: BaseException) -> FailureKind:

@@ -104,13 +104,14 @@ class _Rollback:
         """Compensate the pending steps in order; a failed attempt is retried or given up on in place."""
         recorder, budget, pending, compensated = self.recorder, self.budget, self.pending, self.compensated
         run_id, clock, journal, events = recorder.run_id, recorder.clock, recorder.journal, recorder.events
+        backstop = guard.deadline  # mirrored locally: read once per compensation, written rarely
         while pending:
             spec, snapshot = pending[0]
-            index, name = spec.index, spec.name
+            index, name, step, args, kwargs, _, _, _ = spec
             guard.step = name
             self.attempt_started = guard.started_at = now = clock()
-            if guard.deadline < now + budget:
-                guard.deadline = now + 2 * budget
+            if backstop < now + budget:
+                guard.deadline = backstop = now + 2 * budget
             ctx = snapshot._with_budget(now + budget)
             # recorder.emit and .publish, inlined: a long rollback is two events per step, like
             # the forward phase.
@@ -124,12 +125,13 @@ class _Rollback:
                 except Exception:
                     recorder.detach(sink, origin, event)
             try:
-                if spec.args or spec.kwargs:
-                    await spec.step.compensate(ctx, *spec.args, **spec.kwargs)
+                if args or kwargs:
+                    await step.compensate(ctx, *args, **kwargs)
                 else:  # unpacking empty args costs as much as the rest of the call
-                    await spec.step.compensate(ctx)
+                    await step.compensate(ctx)
             except Exception as exc:
                 await self.failed(exc, guard)
+                backstop = guard.deadline
                 continue
             attempt = self.attempt_number
             if attempt == 1:
