@@ -171,12 +171,13 @@ async def test_the_files_are_private_and_never_hold_a_secret(tmp_path: Path) -> 
     assert b"4929" not in contents
 
 
-async def test_one_sync_per_step_plus_one_for_the_start(tmp_path: Path) -> None:
+async def test_one_sync_per_step_and_one_more_commit_for_the_start(tmp_path: Path) -> None:
     logfile = str(tmp_path / "log")
     async with SqliteJournal(tmp_path / "j.db") as journal:
         engine = WorkflowEngine(journal=journal)
         await engine.execute_saga([(Note(), (logfile,), {}) for _ in range(10)])
-        assert journal.commits == 10 + 1  # the last step's success is written with the commit
+        # The start is committed, not synced; the last step's success is synced with the run's end.
+        assert (journal.commits, journal.syncs) == (10 + 1, 10)
 
 
 async def test_concurrent_sagas_share_their_syncs(tmp_path: Path) -> None:

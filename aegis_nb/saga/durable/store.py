@@ -1,10 +1,14 @@
 """The journal file: one SQLite database in WAL mode, opened, checked, written and read synchronously.
 
-The async `SqliteJournal` calls this from a worker thread; `aegis-nb runs` calls it directly. Each
-write is one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``) and, with ``synchronous=FULL``, one sync
-of the write-ahead log. The file is created with mode 0600 (SQLite gives its ``-wal`` and ``-shm``
-files the same mode). A writer holds an exclusive lock on ``<file>.lock`` for as long as it is open,
-so a second process cannot recover runs that are still live in the first.
+The async `SqliteJournal` calls this on the event loop (a lone run) or from a worker thread;
+`aegis-nb runs` calls it directly. Each write is one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``),
+synced or not, as the caller asks: ``synchronous=FULL`` makes the commit one fdatasync of the
+write-ahead log (it then survives a power loss, with every earlier commit), ``synchronous=NORMAL``
+leaves it in the operating system's page cache (it survives the process being killed, not a power
+loss). Either way SQLite keeps the file consistent: a power loss can only lose a tail of unsynced
+commits. The file is created with mode 0600 (SQLite gives its ``-wal`` and ``-shm`` files the same
+mode). A writer holds an exclusive lock on ``<file>.lock`` for as long as it is open, so a second
+process cannot recover runs that are still live in the first.
 
 Opening checks before writing anything: a file that is not an aegis_nb journal, is damaged or
 truncated, or was written by a newer schema raises a `JournalError` and is left exactly as it was.
@@ -59,6 +63,11 @@ CREATE TABLE events (
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
+
+_LOG_HEADER, _FRAME_HEADER = 32, 24
+"""Sizes of the write-ahead log's header and of each frame's header (SQLite's WAL file format)."""
+_LOG_SLACK = 64
+"""Frames beyond the checkpoint threshold preallocated for the batch that crosses it."""
 
 UNFINISHED: tuple[str, ...] = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 
@@ -130,7 +139,9 @@ class JournalFile:
         self._db = db
         self._lock_fd = lock_fd
         self._lock = threading.Lock()
+        self._synchronous = True  # the connection is opened with synchronous=FULL
         self.commits = 0
+        self.syncs = 0
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -149,6 +160,7 @@ class JournalFile:
                 _pragma(path, db, "PRAGMA synchronous=FULL")
                 if created or _user_version(path, db) == 0:
                     _run(path, db, lambda: db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;"))
+                _preallocate_log(path, db)
             except BaseException:
                 db.close()
                 raise
@@ -179,8 +191,12 @@ class JournalFile:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def write(self, rows: Sequence[Row]) -> None:
-        """Write `rows` in one transaction and one sync; on failure nothing of them is written."""
+    def write(self, rows: Sequence[Row], sync: bool = True) -> None:
+        """Write `rows` in one transaction; on failure nothing of them is written.
+
+        With `sync`, the commit is one fdatasync of the log and survives a power loss (so does every
+        commit before it); without, it survives the process being killed, not the machine failing.
+        """
         runs = [(r.run_id, r.saga, SagaStatus.RUNNING.value, r.steps) for r in rows if isinstance(r, NewRun)]
         events = [(r.run_id, r.seq, r.body) for r in rows if isinstance(r, EventRow)]
         statuses = [(r.status.value, r.run_id) for r in rows if isinstance(r, EventRow) and r.status]
@@ -189,6 +205,9 @@ class JournalFile:
         with self._lock:
             db = self._db
             try:
+                if sync is not self._synchronous:  # applies to the next commit on this connection
+                    db.execute("PRAGMA synchronous=FULL" if sync else "PRAGMA synchronous=NORMAL")
+                    self._synchronous = sync
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     if runs:
@@ -212,6 +231,7 @@ class JournalFile:
             except sqlite3.Error as exc:
                 raise _error(self.path, exc, "could not write") from exc
             self.commits += 1
+            self.syncs += sync
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -326,6 +346,40 @@ def _pragma(path: Path, db: sqlite3.Connection, sql: str, *, expect: str | None 
         raise _error(path, exc, "cannot open") from exc
     if expect is not None and (row is None or str(row[0]).lower() != expect):
         raise JournalUnavailable(path, f"{sql} gave {row!r}, expected {expect!r}")
+
+
+def _preallocate_log(path: Path, db: sqlite3.Connection) -> None:
+    """Write the log out to the size it reaches before SQLite checkpoints and restarts it.
+
+    A sync that grows a file must also commit its new size and blocks: on the ext4 disks here
+    that costs about twice a sync that overwrites blocks the file already has (~0.35 ms against
+    ~0.15 ms). SQLite reads the log only up to its last valid frame (each frame is checksummed
+    and salted with its log's header), so zeros past it are what a log looks like after SQLite
+    restarts it, and the log is never read or written beyond it otherwise. A fresh log so pays the
+    overwrite price from its first commit instead of after its first ~1000 pages. Best effort: on
+    a disk too full for it, the log is left as it was and grows as usual.
+    """
+    try:
+        page = int(db.execute("PRAGMA page_size").fetchone()[0])
+        frames = int(db.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise _error(path, exc, "cannot open") from exc
+    wanted = _LOG_HEADER + (frames + _LOG_SLACK) * (page + _FRAME_HEADER)
+    try:
+        fd = os.open(path.with_name(path.name + "-wal"), os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return  # no log yet: SQLite creates it on the first write, and it grows as usual
+    try:
+        size = os.fstat(fd).st_size
+        if size < wanted:
+            try:
+                os.pwrite(fd, bytes(wanted - size), size)
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def _user_version(path: Path, db: sqlite3.Connection) -> int:
