@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # Third-party MCP clients (Node 22, MCP Inspector, conformance suite) for tests/test_clients_*.py.
 CLIENTS := tests/clients/node_modules/.installed
 
-.PHONY: demo test lint bench lab install clients clean
+.PHONY: demo test lint bench lab install clients clean assets
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ demo: $(STAMP)
 test: $(STAMP) $(CLIENTS)
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(PY) -m pytest --nbval notebooks/ --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+
+# Retake the screenshots in assets/ from a real JupyterLab (the browser tests, writing into assets/).
+assets: $(STAMP)
+	AEGIS_REFRESH_ASSETS=1 $(PY) -m pytest tests/test_browser_live.py tests/test_magics_browser.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -33,6 +33,17 @@ CHROMIUM_ARGS = [
 ]
 
 
+ASSETS = Path(__file__).parent.parent / "assets"
+
+
+def screenshot_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`assets/` when refreshing the pictures the README and tutorials show (``make assets``), else a
+    temporary folder: a plain test run leaves the working tree as it found it."""
+    if os.environ.get("AEGIS_REFRESH_ASSETS") == "1":
+        return ASSETS
+    return tmp_path_factory.mktemp("screenshots")
+
+
 @dataclass(frozen=True)
 class Lab:
     url: str

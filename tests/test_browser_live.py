@@ -7,8 +7,9 @@ The notebook `tests/notebooks/live_travel.ipynb` runs the travel saga (flight, h
 with a pause inside every step. While its cell runs, a MutationObserver in the page records each
 state of the live diagram; the test then checks that the diagram grew while the cell was still
 running, that the live output was swapped for the static ``<img>`` whose SVG holds the rollback box
-with two compensations, and saves screenshots into `assets/`. The second test converts the saved
-notebook to HTML with nbconvert, without a kernel, and finds the static diagram there.
+with two compensations, and takes screenshots (into `assets/` under ``make assets``). The second
+test converts the saved notebook to HTML with nbconvert, without a kernel, and finds the static
+diagram there.
 """
 
 from __future__ import annotations
@@ -26,16 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.jupyterlab import CHROMIUM_ARGS, Lab, running_lab
+from tests.jupyterlab import CHROMIUM_ARGS, Lab, running_lab, screenshot_folder
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).parent.parent
 NOTEBOOK = Path(__file__).parent / "notebooks" / "live_travel.ipynb"
-ASSETS = ROOT / "assets"
 SVG = "{http://www.w3.org/2000/svg}"
 # The execution indicator says idle before a kernel is attached: also wait for the kernel's name.
 KERNEL_READY = """
@@ -99,7 +98,7 @@ def decode_img(src: str) -> str:
     return base64.b64decode(src[len(prefix) :]).decode("utf-8")
 
 
-def drive(page: Page, lab: Lab) -> tuple[list[dict[str, Any]], str, str, str, str]:
+def drive(page: Page, lab: Lab, shots: Path) -> tuple[list[dict[str, Any]], str, str, str, str]:
     """Open the notebook, run it, watch the diagram, take the screenshots, save the notebook."""
     page.set_default_timeout(60_000)
     page.goto(f"{lab.url}/lab/tree/{NOTEBOOK.name}?reset&token={lab.token}")
@@ -111,12 +110,12 @@ def drive(page: Page, lab: Lab) -> tuple[list[dict[str, Any]], str, str, str, st
     page.wait_for_function(
         "() => (window.__aegis || []).some(s => s.status === 'compensating' && s.arrows >= 7)"
     )
-    page.locator(".aegis-live").first.screenshot(path=str(ASSETS / "live-view-rolling-back.png"))
+    page.locator(".aegis-live").first.screenshot(path=str(shots / "live-view-rolling-back.png"))
     cells = page.locator(".jp-CodeCell")
     cells.nth(2).locator(".aegis-static img").wait_for()  # `run` shows its diagram
     cells.nth(3).locator(".jp-RenderedMermaid figure img").wait_for()  # JupyterLab drew our Mermaid
     page.wait_for_function(KERNEL_READY)
-    cells.nth(1).locator(".aegis-static img").screenshot(path=str(ASSETS / "live-view.png"))
+    cells.nth(1).locator(".aegis-static img").screenshot(path=str(shots / "live-view.png"))
     states = page.evaluate("() => window.__aegis")
     static_src = cells.nth(1).locator(".aegis-static img").get_attribute("src")
     run_src = cells.nth(2).locator(".aegis-static img").get_attribute("src")
@@ -137,7 +136,12 @@ def drive(page: Page, lab: Lab) -> tuple[list[dict[str, Any]], str, str, str, st
 
 
 @pytest.fixture(scope="module")
-def session(lab: Lab) -> Session:
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return screenshot_folder(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def session(lab: Lab, shots: Path) -> Session:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
@@ -145,7 +149,7 @@ def session(lab: Lab) -> Session:
         browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000}, device_scale_factor=2)
         try:
-            states, static_src, run_src, big_src, big_printed = drive(page, lab)
+            states, static_src, run_src, big_src, big_printed = drive(page, lab, shots)
         except PlaywrightError as exc:
             shot = lab.root.parent / "failure.png"
             page.screenshot(path=str(shot))
@@ -169,7 +173,9 @@ def rollback_group(svg: str) -> ET.Element:
     return next(g for g in root.iter(f"{SVG}g") if g.attrib.get("class") == "aegis-rollback")
 
 
-def test_the_diagram_grows_while_the_cell_runs_and_ends_with_the_rollback(session: Session) -> None:
+def test_the_diagram_grows_while_the_cell_runs_and_ends_with_the_rollback(
+    session: Session, shots: Path
+) -> None:
     running = [state for state in session.states if state["running"]]
     counts = sorted({state["events"] for state in running})
     assert len([n for n in counts if 1 <= n < 12]) >= 3, session.states  # intermediate states, seen live
@@ -192,7 +198,7 @@ def test_the_diagram_grows_while_the_cell_runs_and_ends_with_the_rollback(sessio
         ("aegis-msg aegis-compensated", "0"),
     ]
     assert session.run_output_svg == session.static_svg  # `run` displays the same static diagram
-    assert (ASSETS / "live-view.png").stat().st_size > 10_000
+    assert (shots / "live-view.png").stat().st_size > 10_000
 
 
 def test_ten_thousand_events_stay_under_the_rate_limit_and_end_complete(session: Session) -> None:

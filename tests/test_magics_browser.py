@@ -4,7 +4,7 @@
 ``--background`` saga's live output must turn into the static diagram in its own cell when it ends
 during a later cell; and the ``--interactive`` explorer must run the saga when its Run button is
 pressed in the browser, reading the toggles as they are at that moment. Screenshots of the explorer
-and of a rehearsal matrix go to `assets/` for the README and the tutorials.
+and of a rehearsal matrix go to `assets/` under ``make assets``, for the README and the tutorials.
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.jupyterlab import CHROMIUM_ARGS, Lab, running_lab
+from tests.jupyterlab import CHROMIUM_ARGS, Lab, running_lab, screenshot_folder
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).parent.parent
-ASSETS = ROOT / "assets"
 KERNEL_IDLE = """
 () => {
   const bar = document.querySelector('.jp-NotebookPanel-toolbar');
@@ -65,7 +63,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield started
 
 
-def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(lab: Lab) -> None:
+def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(
+    lab: Lab, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    shots = screenshot_folder(tmp_path_factory)
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
@@ -97,7 +98,7 @@ def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(lab:
             rehearsal = cells.nth(6).locator(".aegis-rehearsal")
             expect(rehearsal).to_contain_text("✓ safe: in all 5 scenarios every rollback completes")
             page.wait_for_function(KERNEL_IDLE)
-            rehearsal.screenshot(path=str(ASSETS / "rehearsal.png"))
+            rehearsal.screenshot(path=str(shots / "rehearsal.png"))
 
             explorer = cells.nth(5).locator(".aegis-explorer")
             history = explorer.locator(".aegis-history tbody tr")
@@ -112,8 +113,8 @@ def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(lab:
             )
             expect(explorer).to_contain_text("run 1: deadline 2 s")  # the previous run, beside the new one
             expect(explorer.locator(".aegis-static img")).to_have_count(2)
-            explorer.screenshot(path=str(ASSETS / "explorer.png"))
+            explorer.screenshot(path=str(shots / "explorer.png"))
         finally:
             browser.close()
-    assert (ASSETS / "explorer.png").stat().st_size > 10_000
-    assert (ASSETS / "rehearsal.png").stat().st_size > 5_000
+    assert (shots / "explorer.png").stat().st_size > 10_000
+    assert (shots / "rehearsal.png").stat().st_size > 5_000
