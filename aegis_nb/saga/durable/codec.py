@@ -49,9 +49,13 @@ class RecordError(ValueError):
 # -- plain JSON ------------------------------------------------------------------------------------
 
 
+_ENCODE: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode
+"""Built once: `json.dumps` with options builds a new encoder per call, a third of its cost here."""
+
+
 def dumps(data: object) -> str:
     """Compact JSON; NaN and infinity are refused (they are not JSON)."""
-    return json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return _ENCODE(data)
 
 
 def loads(text: str) -> Any:

@@ -17,11 +17,8 @@ truncated, or was written by a newer schema raises a `JournalError` and is left 
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -32,16 +29,21 @@ from typing import Any
 from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.saga.durable.codec import SCHEMA_VERSION
-from aegis_nb.saga.durable.errors import (
-    JournalCorrupt,
-    JournalError,
-    JournalInUse,
-    JournalTooNew,
-    JournalUnavailable,
+from aegis_nb.saga.durable.errors import JournalCorrupt, JournalUnavailable
+from aegis_nb.saga.durable.sqlitefile import (
+    APPLICATION_ID,
+    check_header,
+    check_integrity,
+    connect,
+    create_file,
+    lock_writer,
+    pragma,
+    preallocate_log,
+    quote,
+    run_setup,
+    sqlite_error,
+    user_version,
 )
-
-APPLICATION_ID = 0x41654A6C
-"""SQLite's application id for aegis_nb journals ("AeJl"): tells our files from other databases."""
 
 _SCHEMA = f"""
 CREATE TABLE runs (
@@ -63,11 +65,6 @@ CREATE TABLE events (
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
-
-_LOG_HEADER, _FRAME_HEADER = 32, 24
-"""Sizes of the write-ahead log's header and of each frame's header (SQLite's WAL file format)."""
-_LOG_SLACK = 64
-"""Frames beyond the checkpoint threshold preallocated for the batch that crosses it."""
 
 UNFINISHED: tuple[str, ...] = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 
@@ -148,19 +145,19 @@ class JournalFile:
     @classmethod
     def open_writer(cls, path: Path) -> JournalFile:
         """Open (creating if missing, mode 0600) for writing, holding the writer lock."""
-        created = _create_file(path)
-        lock_fd = _lock(path)
+        created = create_file(path)
+        lock_fd = lock_writer(path)
         try:
-            db = _connect(path, f"file:{_quote(path)}?mode=rw")
+            db = connect(path, f"file:{quote(path)}?mode=rw")
             try:
                 if not created:
-                    _check_header(path, db)
-                    _check_integrity(path, db)
-                _pragma(path, db, "PRAGMA journal_mode=WAL", expect="wal")
-                _pragma(path, db, "PRAGMA synchronous=FULL")
-                if created or _user_version(path, db) == 0:
-                    _run(path, db, lambda: db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;"))
-                _preallocate_log(path, db)
+                    check_header(path, db)
+                    check_integrity(path, db)
+                pragma(path, db, "PRAGMA journal_mode=WAL", expect="wal")
+                pragma(path, db, "PRAGMA synchronous=FULL")
+                if created or user_version(path, db) == 0:
+                    run_setup(path, db, lambda: db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;"))
+                preallocate_log(path, db)
             except BaseException:
                 db.close()
                 raise
@@ -174,9 +171,9 @@ class JournalFile:
         """Open an existing journal read-only (no lock: a live writer may keep writing)."""
         if not path.is_file():
             raise JournalUnavailable(path, "no such journal file")
-        db = _connect(path, f"file:{_quote(path)}?mode=ro")
+        db = connect(path, f"file:{quote(path)}?mode=ro")
         try:
-            _check_header(path, db)
+            check_header(path, db)
         except BaseException:
             db.close()
             raise
@@ -229,7 +226,7 @@ class JournalFile:
                         db.execute("ROLLBACK")
                     raise
             except sqlite3.Error as exc:
-                raise _error(self.path, exc, "could not write") from exc
+                raise sqlite_error(self.path, exc, "could not write") from exc
             self.commits += 1
             self.syncs += sync
 
@@ -283,139 +280,10 @@ class JournalFile:
             try:
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
-                raise _error(self.path, exc, "could not read") from exc
+                raise sqlite_error(self.path, exc, "could not read") from exc
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-
-
-def _create_file(path: Path) -> bool:
-    """Create the journal with mode 0600 if it does not exist; True if it was created."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise JournalUnavailable(path, "exists and is not a regular file") from None
-        return False
-    except OSError as exc:
-        raise JournalUnavailable(path, f"cannot create the file ({exc.strerror})") from exc
-    os.close(fd)
-    return True
-
-
-def _lock(path: Path) -> int:
-    lock_path = path.with_name(path.name + ".lock")
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise JournalUnavailable(path, f"cannot create its lock file {lock_path} ({exc.strerror})") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise JournalInUse(path, f"another process holds {lock_path}") from None
-        raise JournalUnavailable(path, f"cannot lock {lock_path} ({exc.strerror})") from exc
-    return fd
-
-
-def _quote(path: Path) -> str:
-    return str(path.resolve()).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
-
-
-def _connect(path: Path, uri: str) -> sqlite3.Connection:
-    try:
-        return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-    except sqlite3.Error as exc:
-        raise _error(path, exc, "cannot open") from exc
-
-
-def _run(path: Path, db: sqlite3.Connection, action: object) -> None:
-    try:
-        action()  # type: ignore[operator]
-    except sqlite3.Error as exc:
-        with contextlib.suppress(sqlite3.Error):
-            db.execute("ROLLBACK")
-        raise _error(path, exc, "cannot set up") from exc
-
-
-def _pragma(path: Path, db: sqlite3.Connection, sql: str, *, expect: str | None = None) -> None:
-    try:
-        row = db.execute(sql).fetchone()
-    except sqlite3.Error as exc:
-        raise _error(path, exc, "cannot open") from exc
-    if expect is not None and (row is None or str(row[0]).lower() != expect):
-        raise JournalUnavailable(path, f"{sql} gave {row!r}, expected {expect!r}")
-
-
-def _preallocate_log(path: Path, db: sqlite3.Connection) -> None:
-    """Write the log out to the size it reaches before SQLite checkpoints and restarts it.
-
-    A sync that grows a file must also commit its new size and blocks: on the ext4 disks here
-    that costs about twice a sync that overwrites blocks the file already has (~0.35 ms against
-    ~0.15 ms). SQLite reads the log only up to its last valid frame (each frame is checksummed
-    and salted with its log's header), so zeros past it are what a log looks like after SQLite
-    restarts it, and the log is never read or written beyond it otherwise. A fresh log so pays the
-    overwrite price from its first commit instead of after its first ~1000 pages. Best effort: on
-    a disk too full for it, the log is left as it was and grows as usual.
-    """
-    try:
-        page = int(db.execute("PRAGMA page_size").fetchone()[0])
-        frames = int(db.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
-    except sqlite3.Error as exc:
-        raise _error(path, exc, "cannot open") from exc
-    wanted = _LOG_HEADER + (frames + _LOG_SLACK) * (page + _FRAME_HEADER)
-    try:
-        fd = os.open(path.with_name(path.name + "-wal"), os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return  # no log yet: SQLite creates it on the first write, and it grows as usual
-    try:
-        size = os.fstat(fd).st_size
-        if size < wanted:
-            try:
-                os.pwrite(fd, bytes(wanted - size), size)
-                os.fsync(fd)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, size)
-    finally:
-        os.close(fd)
-
-
-def _user_version(path: Path, db: sqlite3.Connection) -> int:
-    try:
-        return int(db.execute("PRAGMA user_version").fetchone()[0])
-    except sqlite3.Error as exc:
-        raise _error(path, exc, "cannot read the header of") from exc
-
-
-def _check_header(path: Path, db: sqlite3.Connection) -> None:
-    """Refuse files that are not our journals, or that a newer schema wrote."""
-    try:
-        application_id = int(db.execute("PRAGMA application_id").fetchone()[0])
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-        tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-    except sqlite3.Error as exc:
-        raise _error(path, exc, "cannot read the header of") from exc
-    if application_id == 0 and version == 0 and tables == 0:
-        return  # an empty database (a writer created the file, then died before the schema)
-    if application_id != APPLICATION_ID:
-        raise JournalCorrupt(path, f"not an aegis_nb journal (SQLite application id {application_id:#x})")
-    if version > SCHEMA_VERSION:
-        raise JournalTooNew(
-            path, f"written by journal schema {version}; this aegis_nb reads up to schema {SCHEMA_VERSION}"
-        )
-    if version < 1:
-        raise JournalCorrupt(path, f"unknown journal schema {version}")
-
-
-def _check_integrity(path: Path, db: sqlite3.Connection) -> None:
-    try:
-        problems = [str(row[0]) for row in db.execute("PRAGMA quick_check(5)")]
-    except sqlite3.Error as exc:
-        raise _error(path, exc, "cannot check") from exc
-    if problems != ["ok"]:
-        raise JournalCorrupt(path, "damaged: " + "; ".join(problems))
 
 
 def _status(path: Path, run_id: object, value: object) -> SagaStatus:
@@ -423,23 +291,6 @@ def _status(path: Path, run_id: object, value: object) -> SagaStatus:
         return SagaStatus(value)
     except ValueError:
         raise JournalCorrupt(path, f"unknown status {value!r}", record=f"run {run_id}") from None
-
-
-def _error(path: Path, exc: sqlite3.Error, doing: str) -> JournalError:
-    """Map a SQLite error to ours: damage is `JournalCorrupt`, everything else `JournalUnavailable`."""
-    code = getattr(exc, "sqlite_errorcode", -1) & 0xFF  # the primary code of an extended one
-    text = str(exc)
-    if (
-        code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
-        or "malformed" in text
-        or ("not a database" in text)
-    ):
-        return JournalCorrupt(path, f"damaged or not a journal ({text})")
-    if code == sqlite3.SQLITE_FULL:
-        return JournalUnavailable(path, f"{doing} the journal: the disk is full ({text})")
-    if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
-        return JournalUnavailable(path, f"{doing} the journal: not writable here ({text})")
-    return JournalUnavailable(path, f"{doing} the journal ({text})")
 
 
 @contextlib.contextmanager
