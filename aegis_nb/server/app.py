@@ -38,7 +38,7 @@ from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaCommitted, SagaEvent
 from aegis_nb.saga.recorder import Journal
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
-from aegis_nb.server.progress import ReportProgress, RequestObserver
+from aegis_nb.server.progress import RequestObserver, progress_sender
 from aegis_nb.server.results import committed_result, error_result, failed_result, workflow_output_schema
 from aegis_nb.server.routing import observing, route_event
 
@@ -170,13 +170,21 @@ class AegisMCP(MCPServer[Any]):
                 deadline = request_deadline(_meta(request), spec.timeout)
             except InvalidRequestMeta as exc:
                 return error_result(str(exc))
+            ctx = AegisContext(deadline=deadline)
+            report = progress_sender(request)
+            if report is None:
+                # No progress token: the events are only needed for the result, so no task is
+                # started and each event costs one list append.
+                events: list[SagaEvent] = []
+                with observing(events.append, spec.name):
+                    return await app._invoke(spec, ctx, kwargs, events)
             observer = RequestObserver()
             outcome = error_result("workflow did not finish")
             with observing(observer, spec.name):
                 async with anyio.create_task_group() as tasks:
-                    tasks.start_soon(observer.forward_progress, _progress_reporter(request))
+                    tasks.start_soon(observer.forward_progress, report)
                     try:
-                        outcome = await app._invoke(spec, AegisContext(deadline=deadline), kwargs, observer)
+                        outcome = await app._invoke(spec, ctx, kwargs, observer.events)
                     finally:
                         observer.close()
             return outcome
@@ -188,21 +196,21 @@ class AegisMCP(MCPServer[Any]):
         spec: Workflow,
         ctx: AegisContext,
         arguments: dict[str, Any],
-        observer: RequestObserver,
+        events: list[SagaEvent],
     ) -> CallToolResult:
         started = anyio.current_time()
         try:
             returned = await spec.fn(ctx, **arguments)
         except SagaFailed as exc:
-            return failed_result(spec.name, exc.report, observer.events, anyio.current_time() - started)
+            return failed_result(spec.name, exc.report, events, anyio.current_time() - started)
         except ToolTimeoutError as exc:
             return error_result(f"workflow {spec.name!r}: {exc}")
         except Exception as exc:
             # Not a saga failure: the workflow's own code raised. Say what, minus any secret.
-            text = scrub(str(exc), _secrets(observer.events))
+            text = scrub(str(exc), _secrets(events))
             return error_result(f"workflow {spec.name!r} failed: {type(exc).__name__}: {text}")
-        final = _final_context(returned, observer.events)
-        return committed_result(spec.name, final, observer.events, anyio.current_time() - started)
+        final = _final_context(returned, events)
+        return committed_result(spec.name, final, events, anyio.current_time() - started)
 
     # -- plain tools ----------------------------------------------------------------------------
 
@@ -311,18 +319,6 @@ def _meta(request: Context[Any, Any] | None) -> Mapping[str, Any] | None:
     except ValueError:  # called outside a request (e.g. MCPServer.call_tool without a context)
         return None
     return cast(Mapping[str, Any] | None, meta)
-
-
-def _progress_reporter(request: Context[Any, Any]) -> ReportProgress:
-    """The session's progress sender (resolved once: `Context.report_progress` looks it up per call)."""
-    try:
-        return request.request_context.session.report_progress
-    except ValueError:  # called outside a request (MCPServer.call_tool without a context)
-        return _no_progress
-
-
-async def _no_progress(progress: float, total: float | None, message: str | None) -> None:
-    return None
 
 
 def _final_context(returned: object, events: list[SagaEvent]) -> AegisContext | None:

@@ -5,14 +5,19 @@ A `RequestObserver` records the request's events; a task of the request sends th
 ``ctx.report_progress``. Progress counts events (so it only grows,
 as MCP requires, through compensation too); the message says what happens ("step 2 of 3:
 executing ReserveHotel", "compensating BookFlight").
+
+All of that only when the client sent a progress token (`progress_sender`): a request without
+one just records its events, with no task and no per-event work.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
+from mcp.server.mcpserver import Context
 
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -34,6 +39,44 @@ logger = logging.getLogger("aegis_nb.server")
 
 ReportProgress = Callable[[float, float | None, str | None], Awaitable[None]]
 """``ctx.report_progress(progress, total, message)`` of the MCP SDK's request context."""
+
+
+def progress_sender(request: Context[Any, Any]) -> ReportProgress | None:
+    """The request's progress sender, or None when the client sent no progress token.
+
+    Over JSON-RPC (stdio, HTTP) the token is in the request's ``_meta``. The SDK's in-process
+    dispatcher keeps the client's progress callback in its dispatch context instead, so that
+    context is asked; a context of unknown make counts as wanting progress, which costs time,
+    never a notification.
+    """
+    try:
+        context = request.request_context
+    except ValueError:  # called outside a request (MCPServer.call_tool without a context)
+        return None
+    meta = context.meta
+    session = context.session
+    if meta is not None and meta.get("progress_token") is not None:
+        return session.report_progress
+    if _sends_no_progress(getattr(session, "_request_outbound", None)):
+        return None
+    return session.report_progress
+
+
+# Where each of the SDK's dispatch contexts keeps what progress needs (None: the client wants none):
+# the in-process one the callback, the JSON-RPC and the 2026 HTTP ones the token. Wrappers hold
+# the real context as ``_inner``.
+_PROGRESS_ATTRIBUTES = ("_on_progress", "_progress_token", "progress_token")
+
+
+def _sends_no_progress(dispatch: object) -> bool:
+    for _ in range(4):  # a wrapper or two, never a cycle
+        if dispatch is None:
+            return False
+        for attribute in _PROGRESS_ATTRIBUTES:
+            if hasattr(dispatch, attribute):
+                return getattr(dispatch, attribute) is None
+        dispatch = getattr(dispatch, "_inner", None)
+    return False
 
 
 def progress_message(event: SagaEvent, total_steps: int) -> str:

@@ -10,12 +10,12 @@ output schema too, so both outcomes share it).
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from mcp.types import CallToolResult, TextContent
 from pydantic import TypeAdapter
+from pydantic_core import to_json
 from typing_extensions import TypedDict
 
 from aegis_nb.kernel.context import AegisContext
@@ -46,20 +46,28 @@ class WorkflowResult(TypedDict):
 
 @functools.cache
 def workflow_output_schema() -> dict[str, Any]:
-    """The JSON schema of `WorkflowResult`, with its ``$defs`` inlined.
+    """The JSON schema of `WorkflowResult`, shaped to be cheap to check.
 
-    Clients validate every structured result against the output schema; resolving ``$ref``s made
-    that cost more than the whole saga layer, so the published schema has none.
+    Clients check every structured result against the output schema (the Python SDK with
+    `jsonschema`), and each subschema applied to a value costs them a few µs, more than the saga
+    layer's own work per step. So the published schema has no ``$ref``, a list of types instead of
+    an ``anyOf``, no generated titles, and a step's three fields required and typed in words
+    rather than with a subschema each.
     """
     schema = TypeAdapter(WorkflowResult).json_schema()
     definitions = schema.pop("$defs", {})
 
-    def inline(node: Any) -> Any:
+    def lean(node: Any) -> Any:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return inline(definitions[ref.removeprefix("#/$defs/")])
-            node = {key: inline(value) for key, value in node.items()}
+                return lean(definitions[ref.removeprefix("#/$defs/")])
+            # Generated titles only repeat the field names; ``additionalProperties: true`` is the default.
+            node = {
+                key: lean(value)
+                for key, value in node.items()
+                if key != "title" and (key, value) != ("additionalProperties", True)
+            }
             branches = node.get("anyOf")
             # anyOf of bare types (``X | None``) says the same as a list of types, checked far faster.
             if isinstance(branches, list) and all(
@@ -69,23 +77,26 @@ def workflow_output_schema() -> dict[str, Any]:
                 node["type"] = [b["type"] for b in branches]
             return node
         if isinstance(node, list):
-            return [inline(item) for item in node]
+            return [lean(item) for item in node]
         return node
 
-    return dict(inline(schema))
+    result = dict(lean(schema))
+    step = result["properties"]["steps"]["items"]
+    fields = ", ".join(f"{name} ({field['type']})" for name, field in step.pop("properties").items())
+    step["description"] = f"{step['description'].rstrip('.')}: {fields}."
+    return result
 
 
 def committed_result(
     workflow: str, final: AegisContext | None, events: Sequence[SagaEvent], duration: float
 ) -> CallToolResult:
     """A committed workflow: the last run's steps and final metadata, as structure and as JSON text."""
-    run = _last_run(events)
-    steps = _timings(run)
+    run_id, steps = _last_run(events)
     structured = WorkflowResult(
         status="committed",
         workflow=workflow,
-        run_id=run[0].run_id if run else None,
-        summary=f"committed: {', '.join(step['name'] for step in steps)}",
+        run_id=run_id,
+        summary=f"committed: {', '.join([step['name'] for step in steps])}",
         metadata={} if final is None else final.to_json(),
         steps=steps,
         duration_ms=_ms(duration),
@@ -93,7 +104,7 @@ def committed_result(
     )
     # The text block repeats the structure as JSON, for clients that only read content.
     return CallToolResult(
-        content=[TextContent(type="text", text=json.dumps(structured))],
+        content=[TextContent(type="text", text=to_json(structured).decode())],
         structured_content=dict(structured),
     )
 
@@ -103,14 +114,13 @@ def failed_result(
 ) -> CallToolResult:
     """``is_error=True``: the summary as text; as structure, the same shape with the whole report."""
     status: Literal["rolled_back", "stuck"] = "stuck" if report.status is SagaStatus.STUCK else "rolled_back"
-    run = [e for e in events if e.run_id == report.run_id]
     structured = WorkflowResult(
         status=status,
         workflow=workflow,
         run_id=report.run_id,
         summary=report.summary(),
         metadata={},
-        steps=_timings(run),
+        steps=_timings(events, report.run_id),
         duration_ms=_ms(duration),
         report={
             **report.to_json(),
@@ -129,11 +139,11 @@ def error_result(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
-def _timings(run: Sequence[SagaEvent]) -> list[StepTiming]:
+def _timings(events: Sequence[SagaEvent], run_id: str) -> list[StepTiming]:
     return [
         StepTiming(index=e.index, name=e.step, duration_ms=_ms(e.duration))
-        for e in run
-        if isinstance(e, StepSucceeded)
+        for e in events
+        if isinstance(e, StepSucceeded) and e.run_id == run_id
     ]
 
 
@@ -141,9 +151,10 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
-def _last_run(events: Sequence[SagaEvent]) -> list[SagaEvent]:
+def _last_run(events: Sequence[SagaEvent]) -> tuple[str | None, list[StepTiming]]:
+    """The run id and step timings of the last run the workflow started (a workflow may run several)."""
     for i in range(len(events) - 1, -1, -1):
         if isinstance(events[i], SagaStarted):
             run_id = events[i].run_id
-            return [e for e in events[i:] if e.run_id == run_id]
-    return []
+            return run_id, _timings(events[i:], run_id)
+    return None, []

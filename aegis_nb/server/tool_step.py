@@ -75,7 +75,7 @@ class ToolPairStep:
                 f"step {self.name!r}: positional saga args need an `arguments` function to name them"
             )
         else:
-            tool_args = dict(kwargs)
+            tool_args = kwargs  # a fresh dict of this call's own
         self._add_key(ctx, tool_args)
         # No scope of our own: the engine already holds the forward deadline for the whole saga.
         result = await self.session.call_tool(self.execute_tool, tool_args)
