@@ -1,0 +1,266 @@
+"""`TemporalSagaRunner`: start a saga as a Temporal workflow and get the engine's outcome back.
+
+The runner checks the saga where the caller can still be told (bad entries, steps a worker could not
+rebuild, non-JSON arguments, a deadline already past), starts `SagaWorkflow`, and turns its outcome
+into what `WorkflowEngine` would return: the final context, `SagaRolledBack` or
+`SagaCompensationFailed` with the same report, and the same events for sinks, live views and
+diagrams (times on workflow time, Unix seconds). Cancelling the caller cancels the workflow, waits
+for its rollback and re-raises the cancellation; a workflow cancelled by someone else raises
+`SagaCancelled`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+import anyio
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import CancelledError
+
+from aegis_nb.kernel.clock import loop_clock
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import (
+    SagaCompensationFailed,
+    SagaDefinitionError,
+    SagaFailed,
+    SagaRolledBack,
+    ToolTimeoutError,
+)
+from aegis_nb.saga.definition import normalize_saga
+from aegis_nb.saga.durable.codec import event_from_json
+from aegis_nb.saga.durable.locator import StepResolver
+from aegis_nb.saga.engine import DEFAULT_COMPENSATION_BUDGET, saga_name
+from aegis_nb.saga.events import SagaCommitted, SagaCompensated, SagaEvent, SagaStuck
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.recorder import RunRecorder, Sink, SinkSet
+from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.temporal.names import EVENTS_QUERY, OUTCOME_MEMO, WORKFLOW_NAME
+from aegis_nb.temporal.plan import (
+    SagaPlan,
+    context_without_deadline,
+    convert_deadline,
+    plan_steps,
+    wall_clock,
+)
+
+DEFAULT_HEARTBEAT_TIMEOUT = 5.0
+"""Seconds without a heartbeat after which Temporal runs a step's attempt on another worker.
+
+A cancellation reaches a running step with a heartbeat's answer, and the SDK sends heartbeats at most
+every 0.8 x this: shorter means faster cancels and failovers, longer means less traffic."""
+
+
+class SagaCancelled(SagaFailed):
+    """The workflow was cancelled from outside this call; `report` says what was rolled back."""
+
+
+class TemporalSagaRunner:
+    """Runs sagas on Temporal with the engine's rules; holds the rollback defaults, like `WorkflowEngine`.
+
+    `steps` names the steps registered on the workers (``saga_worker(..., steps=[...])``), so that
+    they travel by name; every other step must be rebuildable from its import path.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str,
+        *,
+        compensation_retry: RetryPolicy | None = None,
+        compensation_budget: float = DEFAULT_COMPENSATION_BUDGET,
+        heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        steps: Iterable[object] | Mapping[str, object] = (),
+        poll_interval: float = 0.1,
+    ) -> None:
+        for what, value in (
+            ("compensation_budget", compensation_budget),
+            ("heartbeat_timeout", heartbeat_timeout),
+            ("poll_interval", poll_interval),
+        ):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{what} must be positive seconds, got {value!r}")
+        self.client = client
+        self.task_queue = task_queue
+        self.compensation_retry = compensation_retry or RetryPolicy()
+        self.compensation_budget = float(compensation_budget)
+        self.heartbeat_timeout = float(heartbeat_timeout)
+        self.poll_interval = float(poll_interval)
+        self._resolver = StepResolver(steps)
+
+    async def execute_saga(
+        self,
+        steps: Any,
+        ctx: AegisContext | None = None,
+        *,
+        name: str | None = None,
+        workflow_id: str | None = None,
+        sinks: Iterable[Sink] = (),
+    ) -> AegisContext:
+        """Run the saga; return the final context or raise `SagaRolledBack` / `SagaCompensationFailed`."""
+        run = await self.run_saga(steps, ctx, name=name, workflow_id=workflow_id, sinks=sinks)
+        return run.unwrap()
+
+    async def run_saga(
+        self,
+        steps: Any,
+        ctx: AegisContext | None = None,
+        *,
+        name: str | None = None,
+        workflow_id: str | None = None,
+        sinks: Iterable[Sink] = (),
+    ) -> SagaRun:
+        """Run the saga and return its `SagaRun` (cancelling the caller still rolls back, then propagates).
+
+        `sinks` get each event while the saga runs (polled with a query every `poll_interval`).
+        """
+        handle = await self.start_saga(steps, ctx, name=name, workflow_id=workflow_id)
+        if not sinks:
+            return await _shielded_result(handle, lambda run: None)
+        recorder = RunRecorder(handle.workflow_id, loop_clock(), None, (SinkSet(sinks),))
+
+        def catch_up(run: SagaRun) -> None:
+            for event in run.events[len(recorder.events) :]:
+                recorder.publish(event)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(handle._follow, recorder, self.poll_interval)
+            run = await _shielded_result(handle, catch_up)
+            group.cancel_scope.cancel()
+        return run
+
+    async def start_saga(
+        self,
+        steps: Any,
+        ctx: AegisContext | None = None,
+        *,
+        name: str | None = None,
+        workflow_id: str | None = None,
+    ) -> TemporalSagaHandle:
+        """Check the saga and start its workflow; the handle follows it (events, outcome, cancel).
+
+        `workflow_id` (default: the saga name and a random suffix) is the run id, and the first half
+        of every idempotency key: Temporal refuses to reuse it, so a key never names two effects.
+        """
+        specs = normalize_saga(steps)
+        if ctx is None:
+            ctx = AegisContext()
+        elif not isinstance(ctx, AegisContext):
+            raise SagaDefinitionError(f"ctx must be an AegisContext, got {type(ctx).__name__}")
+        name = name or saga_name.get()
+        plans = plan_steps(name, specs, self._resolver)
+        timeout = None
+        if ctx.deadline != math.inf:
+            timeout = ctx.deadline - loop_clock()()
+            if timeout <= 0:
+                raise ToolTimeoutError(
+                    specs[0].name,
+                    timeout,
+                    f"; saga {name!r} did not start, no step ran and nothing needs undoing",
+                )
+        plan = SagaPlan(
+            name,
+            plans,
+            context_without_deadline(ctx),
+            timeout,
+            self.compensation_budget,
+            self.compensation_retry,
+            self.heartbeat_timeout,
+        )
+        handle: WorkflowHandle[Any, dict[str, Any]] = await self.client.start_workflow(
+            WORKFLOW_NAME,
+            plan.to_json(),
+            id=workflow_id or f"{name}-{uuid.uuid4().hex}",
+            task_queue=self.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            result_type=dict,
+        )
+        return TemporalSagaHandle(handle)
+
+
+class TemporalSagaHandle:
+    """A started saga workflow: read its events while it runs, wait for its `SagaRun`, or cancel it."""
+
+    def __init__(self, handle: WorkflowHandle[Any, dict[str, Any]]) -> None:
+        self.handle = handle
+
+    @property
+    def workflow_id(self) -> str:
+        """The workflow id, which is also the saga's run id."""
+        return self.handle.id
+
+    async def events(self, after: int = 0) -> tuple[SagaEvent, ...]:
+        """The events recorded so far (from sequence number `after`), by query: needs a running worker."""
+        data = await self.handle.query(EVENTS_QUERY, after, result_type=list)
+        return tuple(event_from_json(item) for item in data)
+
+    async def cancel(self) -> None:
+        """Ask the workflow to stop: the running step is cancelled and completed steps are rolled back."""
+        await self.handle.cancel()
+
+    async def result(self) -> SagaRun:
+        """Wait for the workflow to finish; its outcome as the engine's `SagaRun`."""
+        try:
+            outcome = await self.handle.result()
+        except WorkflowFailureError as exc:
+            if not isinstance(exc.cause, CancelledError):
+                raise
+            description = await self.handle.describe()
+            memo = await description.memo()
+            run = _run_from(memo[OUTCOME_MEMO], cancelled=True)
+            if run.error is not None:
+                run.error.__cause__ = exc
+            return run
+        return _run_from(outcome, cancelled=False)
+
+    async def _follow(self, recorder: RunRecorder, interval: float) -> None:
+        """Publish new events to the recorder's sinks until cancelled, polling the events query."""
+        while True:
+            for event in await self.events(len(recorder.events)):
+                recorder.publish(event)
+            await anyio.sleep(interval)
+
+
+async def _shielded_result(handle: TemporalSagaHandle, done: Callable[[SagaRun], None]) -> SagaRun:
+    """The run's outcome, handed to `done` too; if the caller is cancelled, cancel the workflow, await
+    its rollback (still handed to `done`, so sinks see it), then re-raise the cancellation."""
+    try:
+        run = await handle.result()
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_WAIT):
+            await handle.cancel()
+            # Whatever the rollback's outcome, this caller was cancelled: that is what it sees.
+            with contextlib.suppress(Exception):
+                done(await handle.result())
+        raise
+    done(run)
+    return run
+
+
+_CANCEL_WAIT = timedelta(hours=1).total_seconds()
+"""How long a cancelled caller waits for the rollback before giving up on seeing it (it still runs)."""
+
+
+def _run_from(outcome: Mapping[str, Any], *, cancelled: bool) -> SagaRun:
+    """The `SagaRun` the workflow's events describe; the final context's deadline back on the loop clock."""
+    events = tuple(event_from_json(item) for item in outcome["events"])
+    last = events[-1]
+    if isinstance(last, SagaCommitted):
+        context = last.context
+        local = convert_deadline(context.deadline, source=wall_clock, target=loop_clock())
+        final = AegisContext._build(context.metadata, local, context.run_id, context.step_index)
+        return SagaRun(events, final, None)
+    if not isinstance(last, SagaCompensated | SagaStuck):
+        raise ValueError(f"the saga workflow ended on {type(last).__name__}, not on a final event")
+    report = last.report
+    error_type: type[SagaFailed] = (
+        SagaCancelled
+        if cancelled
+        else (SagaCompensationFailed if isinstance(last, SagaStuck) else SagaRolledBack)
+    )
+    return SagaRun(events, None, error_type(report), report)

@@ -1,0 +1,233 @@
+"""What crosses into Temporal: a saga as JSON (`SagaPlan`), one step call (`StepCall`), and the outcome.
+
+Temporal stores every workflow input, activity input and result in its history, so all of it is
+plain JSON built with `saga.durable.codec` (versioned, secrets redacted) and steps travel as
+`saga.durable.locator` locators. A plan is checked on the client, before anything starts: a step
+that a worker could not rebuild, or arguments that are not JSON, fail there with the step's name.
+
+Clocks: a context's deadline lives on the local event loop's clock, which means nothing on another
+machine. The client sends the time *left* (`SagaPlan.timeout`); the workflow turns it into an
+absolute deadline on its own clock (Unix seconds, deterministic); an activity turns that into its
+loop clock again, and back on the way out. Clock skew between machines shifts a deadline by the skew.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from aegis_nb.kernel.context import AegisContext
+from aegis_nb.saga.definition import StepSpec
+from aegis_nb.saga.durable.codec import (
+    SCHEMA_VERSION,
+    RecordError,
+    context_from_json,
+    context_to_json,
+    json_problem,
+)
+from aegis_nb.saga.durable.errors import StepNotRecoverable
+from aegis_nb.saga.durable.locator import StepLocator, StepResolver
+from aegis_nb.saga.retry import RetryPolicy
+
+_HOW_TO = (
+    "on Temporal, a worker rebuilds each step by name or import path: register it on both sides "
+    "(saga_worker(..., steps=[...]) and TemporalSagaRunner(..., steps=[...])) or use a module-level step"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One saga entry as the workflow sees it: where to find the step, its JSON arguments, its options."""
+
+    index: int
+    name: str
+    locator: StepLocator
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    timeout: float | None
+    retry: RetryPolicy | None
+    in_doubt: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "step": self.locator.to_json(),
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "timeout": self.timeout,
+            "retry": None if self.retry is None else retry_to_json(self.retry),
+            "in_doubt": self.in_doubt,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StepPlan:
+        retry = data["retry"]
+        return cls(
+            index=int(data["index"]),
+            name=str(data["name"]),
+            locator=StepLocator.from_json(data["step"]),
+            args=tuple(data["args"]),
+            kwargs=MappingProxyType(dict(data["kwargs"])),
+            timeout=None if data["timeout"] is None else float(data["timeout"]),
+            retry=None if retry is None else retry_from_json(retry),
+            in_doubt=bool(data["in_doubt"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SagaPlan:
+    """A whole saga for the workflow: the steps, the initial context, the time left and the rollback rules.
+
+    `timeout` is the seconds left before the context's deadline when the client started the
+    workflow (None: no deadline); `context` is the initial context without its deadline.
+    """
+
+    saga: str
+    steps: tuple[StepPlan, ...]
+    context: Mapping[str, Any]
+    timeout: float | None
+    compensation_budget: float
+    compensation_retry: RetryPolicy
+    heartbeat_timeout: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": SCHEMA_VERSION,
+            "saga": self.saga,
+            "steps": [step.to_json() for step in self.steps],
+            "context": dict(self.context),
+            "timeout": self.timeout,
+            "compensation_budget": self.compensation_budget,
+            "compensation_retry": retry_to_json(self.compensation_retry),
+            "heartbeat_timeout": self.heartbeat_timeout,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SagaPlan:
+        if data.get("v") != SCHEMA_VERSION:
+            raise RecordError(f"saga plan of schema {data.get('v')!r}; this worker reads {SCHEMA_VERSION}")
+        return cls(
+            saga=str(data["saga"]),
+            steps=tuple(StepPlan.from_json(step) for step in data["steps"]),
+            context=MappingProxyType(dict(data["context"])),
+            timeout=None if data["timeout"] is None else float(data["timeout"]),
+            compensation_budget=float(data["compensation_budget"]),
+            compensation_retry=retry_from_json(data["compensation_retry"]),
+            heartbeat_timeout=float(data["heartbeat_timeout"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepCall:
+    """One activity's input: which step, which method's arguments, and the context in workflow time.
+
+    `limit` (Unix seconds, None: none) is when the call is cut off: the context deadline, or earlier
+    under the step's own timeout. Compensations get their budget as the context deadline itself.
+    """
+
+    name: str
+    locator: StepLocator
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    context: AegisContext
+    limit: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": SCHEMA_VERSION,
+            "name": self.name,
+            "step": self.locator.to_json(),
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "context": context_to_json(self.context),
+            "limit": self.limit,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StepCall:
+        if data.get("v") != SCHEMA_VERSION:
+            raise RecordError(f"step call of schema {data.get('v')!r}; this worker reads {SCHEMA_VERSION}")
+        limit = data["limit"]
+        return cls(
+            name=str(data["name"]),
+            locator=StepLocator.from_json(data["step"]),
+            args=tuple(data["args"]),
+            kwargs=MappingProxyType(dict(data["kwargs"])),
+            context=context_from_json(data["context"]),
+            limit=None if limit is None else float(limit),
+        )
+
+
+def retry_to_json(policy: RetryPolicy) -> dict[str, Any]:
+    return {
+        "attempts": policy.attempts,
+        "initial_delay": policy.initial_delay,
+        "multiplier": policy.multiplier,
+        "max_delay": policy.max_delay,
+    }
+
+
+def retry_from_json(data: Mapping[str, Any]) -> RetryPolicy:
+    return RetryPolicy(
+        attempts=int(data["attempts"]),
+        initial_delay=float(data["initial_delay"]),
+        multiplier=float(data["multiplier"]),
+        max_delay=float(data["max_delay"]),
+    )
+
+
+def plan_steps(saga: str, specs: Sequence[StepSpec], resolver: StepResolver) -> tuple[StepPlan, ...]:
+    """Each checked entry as a `StepPlan`; `StepNotRecoverable` naming the step a worker could not run."""
+    plans = []
+    for spec in specs:
+        where = f"saga {saga!r}, entry {spec.index} ({spec.name})"
+        located = resolver.locate(spec.step)
+        if isinstance(located, str):
+            raise StepNotRecoverable(
+                f"{where}: a Temporal worker could not rebuild this step: {located}; {_HOW_TO}"
+            )
+        problem = json_problem(list(spec.args), "args") or json_problem(dict(spec.kwargs), "kwargs")
+        if problem:
+            raise StepNotRecoverable(f"{where}: its arguments cannot cross into Temporal history: {problem}")
+        plans.append(
+            StepPlan(
+                spec.index,
+                spec.name,
+                located,
+                spec.args,
+                MappingProxyType(dict(spec.kwargs)),
+                spec.timeout,
+                spec.retry,
+                spec.in_doubt,
+            )
+        )
+    return tuple(plans)
+
+
+def context_without_deadline(ctx: AegisContext) -> dict[str, Any]:
+    """The context as JSON with no deadline: the plan sends the time left instead."""
+    data = context_to_json(ctx)
+    data["deadline"] = None
+    return data
+
+
+def restamp(ctx: AegisContext, deadline: float, run_id: str | None, index: int | None) -> AegisContext:
+    """`ctx` with its deadline replaced and its idempotency key set (metadata untouched)."""
+    return AegisContext._build(ctx.metadata, deadline, run_id, index)
+
+
+def convert_deadline(deadline: float, *, source: Callable[[], float], target: Callable[[], float]) -> float:
+    """`deadline` on the `source` clock as the same moment on the `target` clock (``inf`` stays ``inf``)."""
+    if deadline == math.inf:
+        return math.inf
+    return target() + (deadline - source())
+
+
+def wall_clock() -> float:
+    """Unix seconds: the clock workflow time is on (see `temporalio.workflow.time`)."""
+    return time.time()

@@ -1,0 +1,45 @@
+"""`saga_worker`: a `temporalio.worker.Worker` that runs `SagaWorkflow` and the step activities."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from aegis_nb.saga.durable.locator import StepResolver
+from aegis_nb.temporal.activities import SagaActivities
+from aegis_nb.temporal.workflow import SagaWorkflow
+
+PASSED_THROUGH = ("aegis_nb", "anyio", "sniffio")
+"""Modules the workflow sandbox shares instead of re-importing per run: deterministic, immutable values,
+no global mutable state, and re-importing them for every workflow would cost more than the saga."""
+
+
+def saga_worker(
+    client: Client,
+    task_queue: str,
+    *,
+    steps: Iterable[object] | Mapping[str, object] = (),
+    main_module: str | None = None,
+    **worker_options: Any,
+) -> Worker:
+    """A worker for sagas started by `TemporalSagaRunner` on `task_queue`; run it with ``async with``.
+
+    `steps` registers step objects by name (for steps holding clients or connections, which cannot
+    be rebuilt from JSON); the runner must register the same names. Other steps are rebuilt from
+    their import path. `worker_options` go to `temporalio.worker.Worker` as they are.
+    """
+    resolver = StepResolver(steps, main_module=main_module)
+    activities = SagaActivities(resolver)
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+    worker_options.setdefault("workflow_runner", SandboxedWorkflowRunner(restrictions=restrictions))
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[SagaWorkflow],
+        activities=[activities.execute, activities.compensate],
+        **worker_options,
+    )

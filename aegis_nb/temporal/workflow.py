@@ -1,0 +1,330 @@
+"""`SagaWorkflow`: the engine's forward phase and rollback as a deterministic Temporal workflow.
+
+Each step's execute and each compensation attempt is one activity (`activities.py`); the workflow
+keeps the order, the snapshots, the deadlines and the events, on workflow time (Unix seconds, from
+history, so a replay after a worker crash rebuilds exactly the same run). The rules are the
+engine's (`saga.engine`, `saga.rollback`):
+
+- forward in order; the context a step returns is its snapshot; past the deadline, `StepTimedOut`;
+- on any failure, compensate completed steps newest first, each with its own snapshot and a fresh
+  budget, plus the failed step if it is in doubt and did not fail with a `ToolError`;
+- compensation retries run *here*, one activity per attempt, so each attempt has its own
+  `CompensationStarted`/`CompensationFailed` events and the step's `RetryPolicy` backoff is a
+  durable workflow timer. Temporal's own activity retries are kept for what is not the step's
+  fault: a worker that died or stopped heartbeating (the attempt runs again elsewhere, with the same
+  idempotency key);
+- a workflow cancellation reaches the running step, the rollback runs shielded from it, and the
+  workflow then ends cancelled, the outcome left in its memo (a cancelled workflow has no result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy as TemporalRetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from aegis_nb.kernel.context import AegisContext
+    from aegis_nb.kernel.errors import ToolTimeoutError
+    from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
+    from aegis_nb.saga.durable.codec import SCHEMA_VERSION, RecordError, context_from_json, event_to_json
+    from aegis_nb.saga.events import (
+        CompensationFailed,
+        CompensationStarted,
+        CompensationSucceeded,
+        SagaCommitted,
+        SagaCompensated,
+        SagaStarted,
+        SagaStuck,
+        StepFailed,
+        StepStarted,
+        StepSucceeded,
+        StepTimedOut,
+    )
+    from aegis_nb.saga.history import fold_report
+    from aegis_nb.saga.recorder import RunRecorder
+    from aegis_nb.temporal.names import (
+        COMPENSATE_ACTIVITY,
+        EVENTS_QUERY,
+        EXECUTE_ACTIVITY,
+        OUTCOME_MEMO,
+        WORKFLOW_NAME,
+    )
+    from aegis_nb.temporal.plan import SagaPlan, StepCall, StepPlan, restamp
+
+BACKSTOP_GRACE = 1.0
+"""Seconds past a call's limit before the server gives up on its worker (the worker cuts it at the limit)."""
+
+NO_DEADLINE_ATTEMPT = timedelta(days=1)
+"""How long one attempt of a step without any deadline may run (Temporal needs some timeout)."""
+
+# Only a lost worker (heartbeat or start-to-close timeout) is retried by Temporal: every error the
+# step raises comes back non-retryable, because failing the step is the saga's decision.
+_WORKER_LOSS_RETRY = TemporalRetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5), maximum_attempts=0
+)
+
+
+class _StepError(Exception):
+    """A step's failure as the workflow knows it: the error it reported, and how to treat it."""
+
+    def __init__(
+        self,
+        info: ErrorInfo,
+        kind: FailureKind,
+        *,
+        tool_error: bool = False,
+        budget: float | None = None,
+    ) -> None:
+        super().__init__(str(info))
+        self.info = info
+        self.kind = kind
+        self.tool_error = tool_error
+        self.budget = budget  # for a timeout: the time the step was given
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class SagaWorkflow:
+    """One saga run; its id is the run id, so idempotency keys are ``workflow_id/position``."""
+
+    def __init__(self) -> None:
+        self._recorder: RunRecorder | None = None
+
+    @workflow.query(name=EVENTS_QUERY)
+    def events(self, after: int = 0) -> list[dict[str, Any]]:
+        """The run's events so far as codec JSON, from sequence number `after` on."""
+        if self._recorder is None:
+            return []
+        return [event_to_json(event) for event in self._recorder.events[after:]]
+
+    @workflow.run
+    async def run(self, plan_json: dict[str, Any]) -> dict[str, Any]:
+        plan = SagaPlan.from_json(plan_json)
+        info = workflow.info()
+        recorder = self._recorder = RunRecorder(info.workflow_id, workflow.time, None, ())
+        # The deadline counts from when the client started the workflow, queueing included.
+        started = info.start_time.timestamp()
+        deadline = math.inf if plan.timeout is None else started + plan.timeout
+        initial = context_from_json({**plan.context, "deadline": _finite(deadline)})
+        return await _Run(plan, recorder, started).run(initial)
+
+
+class _Run:
+    """The forward phase, then commit or rollback (the engine's `_Forward`, on workflow time)."""
+
+    def __init__(self, plan: SagaPlan, recorder: RunRecorder, started: float) -> None:
+        self.plan = plan
+        self.recorder = recorder
+        self.started = started
+        self.snapshots: list[AegisContext] = []
+        self.cancel_seen = False
+
+    async def run(self, current: AegisContext) -> dict[str, Any]:
+        recorder, plan = self.recorder, self.plan
+        await recorder.emit(
+            SagaStarted, plan.saga, tuple(s.name for s in plan.steps), current.deadline, current
+        )
+        running: StepPlan | None = None
+        step_input, step_started = current, workflow.time()
+        try:
+            for step in plan.steps:
+                running = step
+                step_input = restamp(current, current.deadline, recorder.run_id, step.index)
+                step_started = workflow.time()
+                limit = current.deadline
+                if step.timeout is not None:
+                    limit = min(limit, step_started + step.timeout)
+                if step_started >= limit:
+                    raise ToolTimeoutError(step.name, limit - step_started)
+                await recorder.emit(StepStarted, step.index, step.name)
+                if workflow.cancellation_reason() is not None:
+                    raise asyncio.CancelledError  # requested between steps: this one never ran
+                result = await self._execute(step, step_input, limit, step_started)
+                current = self._accept(step_input, result)
+                self.snapshots.append(current)
+                running = None
+                now = workflow.time()
+                await recorder.emit(StepSucceeded, step.index, step.name, now - step_started, current)
+        except (Exception, asyncio.CancelledError) as exc:
+            return await self._fail(exc, running, step_input, step_started)
+        await recorder.emit(SagaCommitted, plan.saga, workflow.time() - self.started, current)
+        return _outcome(recorder)
+
+    async def _execute(
+        self, step: StepPlan, ctx: AegisContext, limit: float, step_started: float
+    ) -> AegisContext:
+        call = StepCall(step.name, step.locator, step.args, step.kwargs, ctx, _finite(limit))
+        # Without a deadline an attempt gets a day; with one, the server's backstop is the limit plus
+        # a grace (the worker itself cuts the call at the limit).
+        per_attempt = NO_DEADLINE_ATTEMPT if limit == math.inf else None
+        overall = None
+        if limit != math.inf:
+            overall = timedelta(seconds=max(limit - workflow.time(), 0.0) + BACKSTOP_GRACE)
+        try:
+            result = await workflow.execute_activity(
+                EXECUTE_ACTIVITY,
+                call.to_json(),
+                heartbeat_timeout=timedelta(seconds=self.plan.heartbeat_timeout),
+                retry_policy=_WORKER_LOSS_RETRY,
+                # The rollback must not start while the step may still be acting.
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                start_to_close_timeout=per_attempt,
+                schedule_to_close_timeout=overall,
+            )
+        except ActivityError as exc:
+            raise _step_error(exc, step.name, limit - step_started) from None
+        try:
+            return context_from_json(result)
+        except (RecordError, TypeError, KeyError) as exc:
+            info = ErrorInfo("StepResultError", f"step {step.name!r}: {exc}")
+            raise _StepError(info, FailureKind.ERROR) from None
+
+    def _accept(self, step_input: AegisContext, result: AegisContext) -> AegisContext:
+        """The step's context, stamped with its key and never with a later deadline than it was given."""
+        deadline = min(result.deadline, step_input.deadline)
+        return restamp(result, deadline, step_input.run_id, step_input.step_index)
+
+    async def _fail(
+        self,
+        exc: BaseException,
+        failed: StepPlan | None,
+        step_input: AegisContext,
+        step_started: float,
+    ) -> dict[str, Any]:
+        recorder, plan = self.recorder, self.plan
+        kind, cause, tool_error = _describe(exc)
+        if kind is FailureKind.CANCELLED:
+            self.cancel_seen = True
+        owed = list(zip(reversed(plan.steps[: len(self.snapshots)]), reversed(self.snapshots), strict=True))
+        if failed is not None:
+            duration = workflow.time() - step_started
+            if kind is FailureKind.TIMEOUT:
+                budget = getattr(exc, "budget", None)
+                if budget is None:
+                    budget = duration
+                await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
+            else:
+                await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
+            if failed.in_doubt and not tool_error:
+                owed.insert(0, (failed, step_input))
+        await self._roll_back(owed)
+        # The events say what was undone and what was not, exactly as the engine's report does.
+        report = fold_report(recorder.events)
+        stuck = bool(report.compensation_failures)
+        status = SagaStatus.STUCK if stuck else SagaStatus.ROLLED_BACK
+        report = dataclasses.replace(report, status=status, failure_kind=kind, cause=cause)
+        final = SagaStuck if stuck else SagaCompensated
+        await recorder.emit(final, plan.saga, workflow.time() - self.started, report)
+        outcome = _outcome(recorder)
+        if self.cancel_seen or workflow.cancellation_reason() is not None:
+            # A cancelled workflow carries no result: the memo keeps the events for the client.
+            workflow.upsert_memo({OUTCOME_MEMO: outcome})
+            raise CancelledError("the saga was cancelled; its completed steps were rolled back")
+        return outcome
+
+    async def _roll_back(self, owed: list[tuple[StepPlan, AegisContext]]) -> None:
+        """Compensate `owed` in order, each attempt an activity, retried per its policy (`saga.rollback`)."""
+        recorder, budget = self.recorder, self.plan.compensation_budget
+        for step, snapshot in owed:
+            policy = step.retry or self.plan.compensation_retry
+            delays = policy.delays()
+            attempt = 1
+            while True:
+                now = workflow.time()
+                ctx = restamp(snapshot, now + budget, snapshot.run_id, snapshot.step_index)
+                await recorder.emit(CompensationStarted, step.index, step.name, attempt)
+                try:
+                    await self._shielded(partial(self._compensate, step, ctx, budget))
+                except ActivityError as exc:
+                    error = _step_error(exc, step.name, budget).info
+                    will_retry = attempt < policy.attempts
+                    await recorder.emit(
+                        CompensationFailed,
+                        step.index,
+                        step.name,
+                        attempt,
+                        workflow.time() - now,
+                        error,
+                        will_retry,
+                    )
+                    if not will_retry:
+                        break
+                    delay = next(delays)
+                    if delay > 0:  # a durable timer, so a backoff survives a worker restart
+                        await self._shielded(partial(workflow.sleep, delay))
+                    attempt += 1
+                    continue
+                await recorder.emit(
+                    CompensationSucceeded, step.index, step.name, attempt, workflow.time() - now
+                )
+                break
+
+    def _compensate(self, step: StepPlan, ctx: AegisContext, budget: float) -> Awaitable[Any]:
+        call = StepCall(step.name, step.locator, step.args, step.kwargs, ctx, ctx.deadline)
+        return workflow.start_activity(
+            COMPENSATE_ACTIVITY,
+            call.to_json(),
+            start_to_close_timeout=timedelta(seconds=budget + BACKSTOP_GRACE),
+            heartbeat_timeout=timedelta(seconds=self.plan.heartbeat_timeout),
+            retry_policy=_WORKER_LOSS_RETRY,
+        )
+
+    async def _shielded(self, start: Callable[[], Awaitable[Any]]) -> Any:
+        """Await what `start` begins, even if the workflow is cancelled meanwhile: a rollback finishes."""
+        task = asyncio.ensure_future(start())
+        while True:
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if task.cancelled():
+                    raise
+                self.cancel_seen = True
+
+
+def _finite(value: float) -> float | None:
+    return None if value == math.inf else value
+
+
+def _describe(exc: BaseException) -> tuple[FailureKind, ErrorInfo, bool]:
+    """How the forward phase failed, and whether the step said it did not act (a `ToolError`)."""
+    if isinstance(exc, _StepError):
+        return exc.kind, exc.info, exc.tool_error
+    if isinstance(exc, ToolTimeoutError):
+        return FailureKind.TIMEOUT, ErrorInfo.from_exception(exc), False
+    if isinstance(exc, asyncio.CancelledError | CancelledError):
+        return FailureKind.CANCELLED, _cancelled(), False
+    return FailureKind.ERROR, ErrorInfo.from_exception(exc), False
+
+
+def _cancelled() -> ErrorInfo:
+    reason = workflow.cancellation_reason()
+    return ErrorInfo("CancelledError", f"the workflow was cancelled{': ' + reason if reason else ''}")
+
+
+def _step_error(exc: ActivityError, name: str, budget: float) -> _StepError:
+    """What an activity's failure means for the saga: the step's own error, a timeout or a cancellation."""
+    cause = exc.cause
+    if isinstance(cause, CancelledError):
+        return _StepError(_cancelled(), FailureKind.CANCELLED)
+    if isinstance(cause, TimeoutError):  # the server's backstop: the worker never answered in time
+        info = ErrorInfo.from_exception(ToolTimeoutError(name, budget))
+        return _StepError(info, FailureKind.TIMEOUT, budget=budget)
+    if isinstance(cause, ApplicationError):
+        details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        info = ErrorInfo(cause.type or "ApplicationError", cause.message)
+        if details.get("timeout"):
+            return _StepError(info, FailureKind.TIMEOUT, budget=budget)
+        return _StepError(info, FailureKind.ERROR, tool_error=bool(details.get("tool_error")))
+    return _StepError(ErrorInfo.from_exception(cause or exc), FailureKind.ERROR)
+
+
+def _outcome(recorder: RunRecorder) -> dict[str, Any]:
+    return {"v": SCHEMA_VERSION, "events": [event_to_json(event) for event in recorder.events]}

