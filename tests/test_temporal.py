@@ -8,10 +8,14 @@ its own in-process worker on a task queue of its own, against one dev server per
 from __future__ import annotations
 
 import math
+import os
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,7 +26,10 @@ from tests.conftest import STRICT
 if not STRICT:  # on a developer machine without the `temporal` extra, skip; under CI, fail
     pytest.importorskip("temporalio")
 
+from anyio.abc import Process
 from temporalio.client import Client
+from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from aegis_nb import (
     AegisContext,
@@ -32,18 +39,37 @@ from aegis_nb import (
     Secret,
     WorkflowEngine,
 )
+from aegis_nb.diagram import fold, render_mermaid
 from aegis_nb.kernel.report import FailureKind, SagaStatus
+from aegis_nb.mock import Ledger
 from aegis_nb.saga.durable import StepNotRecoverable
 from aegis_nb.saga.events import SagaStarted, StepSucceeded
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.temporal import SagaCancelled, TemporalSagaRunner, saga_worker
+from aegis_nb.temporal import (
+    PASSED_THROUGH,
+    SagaCancelled,
+    SagaWorkflow,
+    TemporalSagaRunner,
+    saga_worker,
+)
 from aegis_nb.testing import EventCapture, outline
 from tests.steps import Calls, Recorded
-from tests.temporal_support import Reader, Refusing, temporal_address
+from tests.temporal_support import (
+    HANG,
+    LedgerCard,
+    LedgerFlight,
+    LedgerHotel,
+    Reader,
+    Refusing,
+    calls,
+    temporal_address,
+)
 
 __all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).parent.parent
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.0)
 """No backoff: the dev server fires even a 10 ms workflow timer about a second late."""
@@ -162,6 +188,7 @@ async def test_the_same_events_and_report_as_the_local_engine(
     assert trail(remote) == trail(local)
     assert remote.report == replace(local.report, run_id=remote.run_id)
     assert remote_calls.trail() == local_calls.trail()
+    assert render_mermaid(fold(remote.events)) == render_mermaid(fold(local.events))  # drawn alike
     assert isinstance(remote.error, error)
     assert [e.seq for e in remote.events] == list(range(len(remote.events)))
     assert all(e.run_id == remote.run_id for e in remote.events)
@@ -323,6 +350,19 @@ async def test_secrets_never_reach_temporal_history(client: Client) -> None:
     assert succeeded.context.metadata["card"] == Secret("***")
 
 
+async def test_a_rolled_back_run_replays_deterministically_from_its_history(client: Client) -> None:
+    calls = Calls()
+    steps = [Recorded("flight", calls, compensation_failures=1), Recorded("card", calls, fail="declined")]
+    async with running(client, *steps) as runner:
+        handle = await runner.start_saga(steps, AegisContext().with_timeout(30), name="trip")
+        await handle.result()
+        history = await handle.handle.fetch_history()
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+    replayer = Replayer(workflows=[SagaWorkflow], workflow_runner=SandboxedWorkflowRunner(restrictions))
+    replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None
+
+
 class _Local:
     async def execute(self, ctx: AegisContext) -> None: ...
 
@@ -340,3 +380,92 @@ def test_steps_a_worker_cannot_rebuild_are_refused_before_anything_starts() -> N
         anyio.run(runner.start_saga, [(_Local(), (object(),), {})])
     with pytest.raises(StepNotRecoverable, match=r"args\[0\] is a Secret"):
         anyio.run(runner.start_saga, [(_Local(), (Secret("x"),), {})])
+
+
+# -- a worker killed mid-saga ---------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def worker_process(address: str, queue: str, *, hang: bool) -> AsyncIterator[Process]:
+    """A saga worker in a process of its own (``python -m tests.temporal_support``), killed on exit."""
+    env = {**os.environ, HANG: "1" if hang else "0"}
+    process = await anyio.open_process(
+        [sys.executable, "-m", "tests.temporal_support", address, queue], cwd=ROOT, env=env
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
+async def read_until(process: Process, word: str) -> None:
+    """Read the worker's stdout until a line says `word`."""
+    assert process.stdout is not None
+    seen = b""
+    async for chunk in process.stdout:
+        seen += chunk
+        if word.encode() + b"\n" in seen:
+            return
+    raise AssertionError(f"the worker exited without saying {word!r}: {seen!r}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("declined", [False, True], ids=["commits", "rolls-back"])
+async def test_a_worker_killed_mid_step_is_replaced_and_the_saga_ends_exactly_once(
+    client: Client, temporal_address: str, tmp_path: Path, declined: bool
+) -> None:
+    ledger = str(tmp_path / "ledger.db")
+    Ledger(ledger).close()  # the schema, before two processes race to create it
+    queue = f"kill-{uuid.uuid4().hex}"
+    runner = TemporalSagaRunner(client, queue, heartbeat_timeout=1.0, compensation_retry=FAST_RETRY)
+    steps = [LedgerFlight(ledger), LedgerHotel(ledger), LedgerCard(ledger, declined=declined)]
+    with anyio.fail_after(60):
+        async with worker_process(temporal_address, queue, hang=True) as first:
+            handle = await runner.start_saga(steps, AegisContext({"traveller": "ada"}), name="trip")
+            await read_until(first, "blocked")  # the hotel is booked, and its worker hangs
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        async with worker_process(temporal_address, queue, hang=False):
+            run = await handle.result()
+
+    # The hotel step ran twice (once per worker), its effect landed once, under one key.
+    assert calls(ledger)[:3] == ["execute BookFlight", "execute ReserveHotel", "execute ReserveHotel"]
+    state = Ledger(ledger).state()
+    if not declined:
+        assert trail(run) == [
+            ("SagaStarted",),
+            ("StepStarted", "BookFlight"),
+            ("StepSucceeded", "BookFlight"),
+            ("StepStarted", "ReserveHotel"),
+            ("StepSucceeded", "ReserveHotel"),
+            ("StepStarted", "ChargeCard"),
+            ("StepSucceeded", "ChargeCard"),
+            ("SagaCommitted",),
+        ]
+        assert (len(state.flights), len(state.hotels), len(state.charges)) == (1, 1, 1)
+        assert state.cancellations == 0
+        assert [b.idempotency_key for b in (*state.flights, *state.hotels)] == [
+            f"{run.run_id}/0",
+            f"{run.run_id}/1",
+        ]
+        assert dict(run.unwrap().metadata) == {
+            "traveller": "ada",
+            "flight_id": "FL-0001",
+            "hotel_id": "HT-0001",
+            "charge_id": "CH-0001",
+        }
+    else:
+        assert trail(run)[5:] == [
+            ("StepStarted", "ChargeCard"),
+            ("StepFailed", "ChargeCard"),
+            ("CompensationStarted", "ReserveHotel"),
+            ("CompensationSucceeded", "ReserveHotel"),
+            ("CompensationStarted", "BookFlight"),
+            ("CompensationSucceeded", "BookFlight"),
+            ("SagaCompensated",),
+        ]
+        assert isinstance(run.error, SagaRolledBack)
+        assert state.is_empty
+        assert state.cancellations == 2  # one flight, one hotel: nothing booked twice, nothing left
