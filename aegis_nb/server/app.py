@@ -22,9 +22,10 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import anyio
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from mcp.types import CallToolResult, Icon, TextContent, ToolAnnotations
@@ -165,9 +166,9 @@ class AegisMCP(MCPServer[Any]):
         app = self
 
         async def run_workflow(**kwargs: Any) -> CallToolResult:
-            request: Context[Any, Any] = kwargs.pop(_REQUEST_PARAM)
+            request = _request_context(kwargs.pop(_REQUEST_PARAM))
             try:
-                deadline = request_deadline(_meta(request), spec.timeout)
+                deadline = request_deadline(None if request is None else request.meta, spec.timeout)
             except InvalidRequestMeta as exc:
                 return error_result(str(exc))
             ctx = AegisContext(deadline=deadline)
@@ -312,13 +313,18 @@ def _transport(value: Transport | str) -> Transport:
 
 
 def _meta(request: Context[Any, Any] | None) -> Mapping[str, Any] | None:
+    context = _request_context(request)
+    return None if context is None else context.meta
+
+
+def _request_context(request: Context[Any, Any] | None) -> ServerRequestContext[Any, Any] | None:
+    """The SDK's context of the request being served (read once: each read costs µs), if any."""
     if request is None:
         return None
     try:
-        meta = request.request_context.meta
+        return request.request_context
     except ValueError:  # called outside a request (e.g. MCPServer.call_tool without a context)
         return None
-    return cast(Mapping[str, Any] | None, meta)
 
 
 def _final_context(returned: object, events: list[SagaEvent]) -> AegisContext | None:

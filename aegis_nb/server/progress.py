@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import Context
+from mcp.server.context import ServerRequestContext
 
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -41,20 +41,18 @@ ReportProgress = Callable[[float, float | None, str | None], Awaitable[None]]
 """``ctx.report_progress(progress, total, message)`` of the MCP SDK's request context."""
 
 
-def progress_sender(request: Context[Any, Any]) -> ReportProgress | None:
-    """The request's progress sender, or None when the client sent no progress token.
+def progress_sender(request: ServerRequestContext[Any, Any] | None) -> ReportProgress | None:
+    """The request's progress sender, or None when the client sent no progress token (or no request).
 
     Over JSON-RPC (stdio, HTTP) the token is in the request's ``_meta``. The SDK's in-process
     dispatcher keeps the client's progress callback in its dispatch context instead, so that
     context is asked; a context of unknown make counts as wanting progress, which costs time,
     never a notification.
     """
-    try:
-        context = request.request_context
-    except ValueError:  # called outside a request (MCPServer.call_tool without a context)
+    if request is None:
         return None
-    meta = context.meta
-    session = context.session
+    meta = request.meta
+    session = request.session
     if meta is not None and meta.get("progress_token") is not None:
         return session.report_progress
     if _sends_no_progress(getattr(session, "_request_outbound", None)):
