@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import sys
 import uuid
@@ -21,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import STRICT
+from tests.conftest import STRICT, require
 
 if not STRICT:  # on a developer machine without the `temporal` extra, skip; under CI, fail
     pytest.importorskip("temporalio")
@@ -63,6 +64,7 @@ from tests.temporal_support import (
     Refusing,
     calls,
     temporal_address,
+    temporal_binary,
 )
 
 __all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
@@ -361,6 +363,21 @@ async def test_a_rolled_back_run_replays_deterministically_from_its_history(clie
     replayer = Replayer(workflows=[SagaWorkflow], workflow_runner=SandboxedWorkflowRunner(restrictions))
     replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None
+
+
+async def test_the_readme_example_runs_and_rolls_back_on_temporal() -> None:
+    binary = temporal_binary()
+    require(binary is not None, "the `temporal` executable")
+    assert binary is not None
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    example = next(block for block in blocks if "TemporalSagaRunner" in block)
+    path = f"{Path(binary).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    done = await anyio.run_process([sys.executable, "-c", example], env={**os.environ, "PATH": path})
+    # The dev server shares the example's stdout and prints its banner first.
+    assert done.stdout.decode().splitlines()[-2:] == [
+        "cancelling FL-LIS",
+        "Card Declined! — rolled back: BookFlight",
+    ]
 
 
 class _Local:
