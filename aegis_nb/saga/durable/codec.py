@@ -110,8 +110,9 @@ def json_problem(value: object, path: str) -> str | None:
 
 def context_to_json(ctx: AegisContext) -> dict[str, Any]:
     """A context as JSON data: metadata (secrets as ``***``), where the secrets were, deadline, key."""
-    data: dict[str, Any] = {"metadata": ctx.to_json()}
-    secrets = list(_secret_paths(ctx.metadata, ()))
+    metadata = ctx.metadata
+    data: dict[str, Any] = {"metadata": ctx.to_json() if metadata else {}}
+    secrets = list(_secret_paths(metadata, ())) if metadata else None
     if secrets:
         data["secrets"] = [list(path) for path in secrets]
     data["deadline"] = None if ctx.deadline == math.inf else ctx.deadline

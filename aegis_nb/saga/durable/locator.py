@@ -94,6 +94,7 @@ class StepResolver:
         self._classes: dict[type, str] = {}
         self._objects: dict[int, tuple[object, str]] = {}
         self._signatures: dict[tuple[type, frozenset[str]], bool] = {}
+        self._slots: dict[type, tuple[str, ...]] = {}
 
     @property
     def registry(self) -> Mapping[str, object]:
@@ -166,10 +167,13 @@ class StepResolver:
             if found is not cls:
                 return f"{ref} names another object than its class; {_HOW_TO}"
             self._classes[cls] = ref
-        state = _instance_state(step)
-        if state is None:
+        slots = self._slots.get(cls)
+        if slots is None:
+            slots = self._slots[cls] = _slot_names(cls)
+        if any(hasattr(step, name) for name in slots):
             return f"its class {ref} keeps state in __slots__; {_HOW_TO}"
-        problem = json_problem(state, "attribute")
+        state = dict(getattr(step, "__dict__", _NO_STATE))
+        problem = json_problem(state, "attribute") if state else None
         if problem:
             return f"{problem}; {_HOW_TO}"
         key = (cls, frozenset(state))
@@ -213,17 +217,17 @@ def _attribute_holding(module: ModuleType, obj: object, qualname: str) -> str | 
     return None
 
 
-def _instance_state(step: object) -> dict[str, Any] | None:
-    """The instance attributes, or None when some live in __slots__ (which recovery cannot see)."""
-    slots = [
+def _slot_names(cls: type) -> tuple[str, ...]:
+    """The __slots__ of `cls` and its bases: state there is invisible to recovery, which reads __dict__."""
+    return tuple(
         name
-        for klass in type(step).__mro__
+        for klass in cls.__mro__
         for name in getattr(klass, "__slots__", ())
         if name not in ("__dict__", "__weakref__")
-    ]
-    if any(hasattr(step, name) for name in slots):
-        return None
-    return dict(getattr(step, "__dict__", {}))
+    )
+
+
+_NO_STATE: Mapping[str, Any] = MappingProxyType({})
 
 
 def _binds(cls: type, state: dict[str, Any]) -> bool:
