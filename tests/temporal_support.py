@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 
@@ -82,6 +83,11 @@ class Reader:
 # -- steps on a SQLite ledger, rebuilt by class in a worker process -------------------------------
 
 
+def _ledger(path: str) -> closing[Ledger]:
+    """The ledger file, open for one call: steps are rebuilt per call and hold no connection."""
+    return closing(Ledger(path))
+
+
 def _calls_file(ledger: str) -> Path:
     return Path(f"{ledger}.calls")
 
@@ -107,14 +113,16 @@ class LedgerFlight:
 
     async def execute(self, ctx: AegisContext) -> AegisContext:
         note(self.ledger, f"execute {self.name}")
-        booking = Ledger(self.ledger).book(
-            BookingKind.FLIGHT, "Lisbon", "TP123", 30000, idempotency_key=ctx.idempotency_key
-        )
+        with _ledger(self.ledger) as ledger:
+            booking = ledger.book(
+                BookingKind.FLIGHT, "Lisbon", "TP123", 30000, idempotency_key=ctx.idempotency_key
+            )
         return ctx.with_metadata({"flight_id": booking.id})
 
     async def compensate(self, ctx: AegisContext) -> None:
         note(self.ledger, f"compensate {self.name}")
-        Ledger(self.ledger).cancel(BookingKind.FLIGHT, idempotency_key=ctx.idempotency_key)
+        with _ledger(self.ledger) as ledger:
+            ledger.cancel(BookingKind.FLIGHT, idempotency_key=ctx.idempotency_key)
 
 
 class LedgerHotel:
@@ -127,9 +135,15 @@ class LedgerHotel:
 
     async def execute(self, ctx: AegisContext) -> AegisContext:
         note(self.ledger, f"execute {self.name}")
-        booking = Ledger(self.ledger).book(
-            BookingKind.HOTEL, "Lisbon", "Hotel Avenida", 24000, nights=2, idempotency_key=ctx.idempotency_key
-        )
+        with _ledger(self.ledger) as ledger:
+            booking = ledger.book(
+                BookingKind.HOTEL,
+                "Lisbon",
+                "Hotel Avenida",
+                24000,
+                nights=2,
+                idempotency_key=ctx.idempotency_key,
+            )
         if os.environ.get(HANG) == "1":
             os.write(1, b"blocked\n")
             await anyio.sleep_forever()
@@ -137,7 +151,8 @@ class LedgerHotel:
 
     async def compensate(self, ctx: AegisContext) -> None:
         note(self.ledger, f"compensate {self.name}")
-        Ledger(self.ledger).cancel(BookingKind.HOTEL, idempotency_key=ctx.idempotency_key)
+        with _ledger(self.ledger) as ledger:
+            ledger.cancel(BookingKind.HOTEL, idempotency_key=ctx.idempotency_key)
 
 
 class LedgerCard:
@@ -153,12 +168,14 @@ class LedgerCard:
         note(self.ledger, f"execute {self.name}")
         if self.declined:
             raise ToolError("charge_card", "Card Declined!")
-        charge = Ledger(self.ledger).charge(54000, "4242", idempotency_key=ctx.idempotency_key)
+        with _ledger(self.ledger) as ledger:
+            charge = ledger.charge(54000, "4242", idempotency_key=ctx.idempotency_key)
         return ctx.with_metadata({"charge_id": charge.id})
 
     async def compensate(self, ctx: AegisContext) -> None:
         note(self.ledger, f"compensate {self.name}")
-        Ledger(self.ledger).refund(idempotency_key=ctx.idempotency_key)
+        with _ledger(self.ledger) as ledger:
+            ledger.refund(idempotency_key=ctx.idempotency_key)
 
 
 async def _serve(address: str, task_queue: str) -> None:

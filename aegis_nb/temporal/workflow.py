@@ -107,7 +107,13 @@ class SagaWorkflow:
 
     @workflow.run
     async def run(self, plan_json: dict[str, Any]) -> dict[str, Any]:
-        plan = SagaPlan.from_json(plan_json)
+        try:
+            plan = SagaPlan.from_json(plan_json)
+        except (KeyError, TypeError, ValueError) as exc:
+            # Fail the workflow, rather than its task: a task failure is retried forever.
+            raise ApplicationError(
+                f"not a saga plan this worker reads: {exc!r}", non_retryable=True
+            ) from None
         info = workflow.info()
         recorder = self._recorder = RunRecorder(info.workflow_id, workflow.time, None, ())
         # The deadline counts from when the client started the workflow, queueing included.
