@@ -26,6 +26,7 @@ from aegis_nb.saga.durable import (
     JournalError,
     JournalInUse,
     JournalTooNew,
+    JournalTooOld,
     JournalUnavailable,
     LocatorKind,
     RecoveryIncomplete,
@@ -354,12 +355,26 @@ async def test_a_journal_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     await make_journal(path)
     db = sqlite3.connect(path)
-    db.execute("PRAGMA user_version = 2")
+    db.execute("PRAGMA user_version = 3")
     db.close()
     error = await refused(path)
     assert isinstance(error, JournalTooNew)
     assert str(error) == (
-        f"journal {str(path)!r}: written by journal schema 2; this aegis_nb reads up to schema 1"
+        f"journal {str(path)!r}: written by journal schema 3; this aegis_nb reads up to schema 2"
+    )
+
+
+async def test_a_journal_in_the_first_development_layout_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    await make_journal(path)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 1")
+    db.close()
+    error = await refused(path)  # which also checks that the file is left as it was
+    assert isinstance(error, JournalTooOld)
+    assert str(error) == (
+        f"journal {str(path)!r}: written by journal schema 1, a development layout from before "
+        "aegis_nb 0.1.0; this aegis_nb reads schema 2: finish its runs with the version that wrote it"
     )
 
 

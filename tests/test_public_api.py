@@ -26,6 +26,7 @@ PUBLIC_API = [
     "JournalError",
     "JournalInUse",
     "JournalTooNew",
+    "JournalTooOld",
     "JournalUnavailable",
     "Latency",
     "Ledger",

@@ -20,6 +20,7 @@ from aegis_nb.saga.durable.errors import (
     JournalError,
     JournalInUse,
     JournalTooNew,
+    JournalTooOld,
     JournalUnavailable,
     StepNotRecoverable,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "JournalError",
     "JournalInUse",
     "JournalTooNew",
+    "JournalTooOld",
     "JournalUnavailable",
     "JournaledRun",
     "LocatorKind",

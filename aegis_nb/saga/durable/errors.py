@@ -7,7 +7,8 @@
           ├── JournalUnavailable     cannot be created, opened or written (read-only path, full disk)
           ├── JournalInUse           another process holds the journal
           ├── JournalCorrupt         not a journal, damaged, truncated, or a record that does not decode
-          └── JournalTooNew          written by a newer schema than this version reads
+          ├── JournalTooNew          written by a newer schema than this version reads
+          └── JournalTooOld          written by an older file layout than this version reads
 
 A journal error never leads to the file being rewritten or repaired: the file stays as it was, for a
 person (or a newer aegis_nb) to look at.
@@ -53,3 +54,7 @@ class JournalCorrupt(JournalError):
 
 class JournalTooNew(JournalError):
     """The journal (or one record) was written by a newer schema than this version can read."""
+
+
+class JournalTooOld(JournalError):
+    """The journal file was written with an older table layout, which this version does not read."""

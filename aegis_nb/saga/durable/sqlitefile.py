@@ -12,18 +12,23 @@ import os
 import sqlite3
 import stat
 from pathlib import Path
+from typing import Final
 
-from aegis_nb.saga.durable.codec import SCHEMA_VERSION
 from aegis_nb.saga.durable.errors import (
     JournalCorrupt,
     JournalError,
     JournalInUse,
     JournalTooNew,
+    JournalTooOld,
     JournalUnavailable,
 )
 
 APPLICATION_ID = 0x41654A6C
 """SQLite's application id for aegis_nb journals ("AeJl"): tells our files from other databases."""
+
+FILE_SCHEMA: Final = 2
+"""The file's table layout (its ``PRAGMA user_version``); the records inside carry their own
+schema version (`codec.SCHEMA_VERSION`). 2: events in the order written, indexed by run."""
 
 _LOG_HEADER, _FRAME_HEADER = 32, 24
 """Sizes of the write-ahead log's header and of each frame's header (SQLite's WAL file format)."""
@@ -143,12 +148,18 @@ def check_header(path: Path, db: sqlite3.Connection) -> None:
         return  # an empty database (a writer created the file, then died before the schema)
     if application_id != APPLICATION_ID:
         raise JournalCorrupt(path, f"not an aegis_nb journal (SQLite application id {application_id:#x})")
-    if version > SCHEMA_VERSION:
+    if version > FILE_SCHEMA:
         raise JournalTooNew(
-            path, f"written by journal schema {version}; this aegis_nb reads up to schema {SCHEMA_VERSION}"
+            path, f"written by journal schema {version}; this aegis_nb reads up to schema {FILE_SCHEMA}"
         )
     if version < 1:
         raise JournalCorrupt(path, f"unknown journal schema {version}")
+    if version < FILE_SCHEMA:
+        raise JournalTooOld(
+            path,
+            f"written by journal schema {version}, a development layout from before aegis_nb 0.1.0; "
+            f"this aegis_nb reads schema {FILE_SCHEMA}: finish its runs with the version that wrote it",
+        )
 
 
 def check_integrity(path: Path, db: sqlite3.Connection) -> None:

@@ -28,10 +28,10 @@ from typing import Any
 
 from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import SagaStatus
-from aegis_nb.saga.durable.codec import SCHEMA_VERSION
 from aegis_nb.saga.durable.errors import JournalCorrupt, JournalUnavailable
 from aegis_nb.saga.durable.sqlitefile import (
     APPLICATION_ID,
+    FILE_SCHEMA,
     check_header,
     check_integrity,
     connect,
@@ -45,9 +45,13 @@ from aegis_nb.saga.durable.sqlitefile import (
     user_version,
 )
 
+# Events are stored in the order they are written, with an index to read one run's events back: a
+# batch then appends to a few pages at the end of the file. Keyed by a random run id instead, the
+# events of a hundred concurrent runs land on a hundred pages, all of which each commit rewrites.
 _SCHEMA = f"""
 CREATE TABLE runs (
-    run_id TEXT PRIMARY KEY,
+    run_no INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL UNIQUE,
     saga TEXT NOT NULL,
     status TEXT NOT NULL,
     steps TEXT NOT NULL,
@@ -57,13 +61,13 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_by_status ON runs (status, created);
 CREATE TABLE events (
-    run_id TEXT NOT NULL,
+    run_no INTEGER NOT NULL REFERENCES runs (run_no),
     seq INTEGER NOT NULL,
-    body TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
+    body TEXT NOT NULL
+);
+CREATE UNIQUE INDEX events_by_run ON events (run_no, seq);
 PRAGMA application_id = {APPLICATION_ID};
-PRAGMA user_version = {SCHEMA_VERSION};
+PRAGMA user_version = {FILE_SCHEMA};
 """
 
 UNFINISHED: tuple[str, ...] = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
@@ -215,7 +219,11 @@ class JournalFile:
                         )
                     if marks:
                         db.executemany("UPDATE runs SET recoveries = recoveries + 1 WHERE run_id = ?", marks)
-                    db.executemany("INSERT INTO events (run_id, seq, body) VALUES (?, ?, ?)", events)
+                    db.executemany(
+                        "INSERT INTO events (run_no, seq, body)"
+                        " VALUES ((SELECT run_no FROM runs WHERE run_id = ?), ?, ?)",
+                        events,
+                    )
                     if statuses:
                         db.executemany(
                             f"UPDATE runs SET status = ?, updated = {now!r} WHERE run_id = ?", statuses
@@ -236,7 +244,7 @@ class JournalFile:
         """Every run, oldest first."""
         rows = self._query(
             "SELECT r.run_id, r.saga, r.status, r.created, r.updated, r.recoveries,"
-            " (SELECT count(*) FROM events e WHERE e.run_id = r.run_id)"
+            " (SELECT count(*) FROM events e WHERE e.run_no = r.run_no)"
             " FROM runs r ORDER BY r.created, r.run_id"
         )
         return tuple(
@@ -262,11 +270,11 @@ class JournalFile:
 
     def run(self, run_id: str) -> StoredRun:
         """One run's row and events; `KeyError` if the journal has no such run."""
-        found = self._query("SELECT saga, status, steps FROM runs WHERE run_id = ?", (run_id,))
+        found = self._query("SELECT run_no, saga, status, steps FROM runs WHERE run_id = ?", (run_id,))
         if not found:
             raise KeyError(run_id)
-        saga, status, steps = found[0]
-        events = self._query("SELECT seq, body FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        run_no, saga, status, steps = found[0]
+        events = self._query("SELECT seq, body FROM events WHERE run_no = ? ORDER BY seq", (run_no,))
         return StoredRun(
             run_id,
             str(saga),
