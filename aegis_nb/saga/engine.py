@@ -359,7 +359,6 @@ class _Forward:
             compensation_failures=failures,
         )
 
-
     def _succeeded(
         self, compensated: tuple[StepRef, ...], failures: tuple[CompensationFailure, ...]
     ) -> tuple[StepRef, ...]:
