@@ -46,8 +46,8 @@ def progress_sender(request: ServerRequestContext[Any, Any] | None) -> ReportPro
 
     Over JSON-RPC (stdio, HTTP) the token is in the request's ``_meta``. The SDK's in-process
     dispatcher keeps the client's progress callback in its dispatch context instead, so that
-    context is asked; a context of unknown make counts as wanting progress, which costs time,
-    never a notification.
+    context is asked. A context of unknown make counts as wanting progress: the slower path, whose
+    sends the SDK drops when there is no token.
     """
     if request is None:
         return None
@@ -67,6 +67,7 @@ _PROGRESS_ATTRIBUTES = ("_on_progress", "_progress_token", "progress_token")
 
 
 def _sends_no_progress(dispatch: object) -> bool:
+    """True only when `dispatch` is an SDK dispatch context we know and it holds no progress target."""
     for _ in range(4):  # a wrapper or two, never a cycle
         if dispatch is None:
             return False
