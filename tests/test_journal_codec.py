@@ -25,7 +25,9 @@ from aegis_nb.saga.durable.codec import (
     context_from_json,
     context_to_json,
     decode_event,
+    dumps,
     encode_event,
+    event_to_json,
     json_problem,
 )
 from aegis_nb.saga.events import (
@@ -218,3 +220,30 @@ def test_a_secret_placeholder_that_is_not_redacted_is_refused() -> None:
 )
 def test_json_problem_names_the_offending_value(value: object, problem: str | None) -> None:
     assert json_problem(value, "args") == problem
+
+
+step_names = st.text(max_size=12)  # any text: quotes, backslashes, control and non-ASCII characters
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@given(contexts(), step_names, finite, finite, st.integers(0, 2**40))
+def test_the_stored_text_is_exactly_what_the_json_module_writes(
+    ctx: AegisContext, step: str, time: float, duration: float, seq: int
+) -> None:
+    events = [
+        *every_event(ctx),
+        StepStarted("r1", seq, time, seq, step),
+        StepSucceeded("r1", seq, time, seq, step, duration, ctx),
+        CompensationSucceeded("r1", seq, time, seq, step, seq, duration),
+    ]
+    for event in events:
+        assert encode_event(event) == dumps(event_to_json(event))
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_time_that_json_cannot_hold_is_refused_as_by_the_json_module(bad: float) -> None:
+    event = StepStarted("r1", 1, bad, 0, "A")
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        dumps(event_to_json(event))
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        encode_event(event)

@@ -41,9 +41,10 @@ from types import TracebackType
 import anyio
 import anyio.lowlevel
 
-from aegis_nb.kernel.records import record
+from aegis_nb.kernel.records import builder, record
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.saga.definition import StepSpec
+from aegis_nb.saga.durable.batches import Batch, BatchWriter
 from aegis_nb.saga.durable.codec import encode_event, json_problem
 from aegis_nb.saga.durable.errors import JournalError, JournalUnavailable, StepNotRecoverable
 from aegis_nb.saga.durable.locator import StepLocator, StepResolver
@@ -71,6 +72,7 @@ _STATUS: Mapping[type, SagaStatus] = {
     SagaStuck: SagaStatus.STUCK,
 }
 _FINAL = (SagaCommitted, SagaCompensated, SagaStuck)
+_new_event_row = builder(EventRow)  # two rows per step: the fast constructor
 
 
 class Durability(enum.IntEnum):
@@ -110,16 +112,6 @@ def durability_of(event: SagaEvent) -> Durability:
     return Durability.QUEUED if type(event) is CompensationStarted else Durability.SYNCED
 
 
-class _Batch:
-    """Rows written in one transaction; every task with a row in it waits for `written`."""
-
-    __slots__ = ("error", "written")
-
-    def __init__(self) -> None:
-        self.written = anyio.Event()
-        self.error: JournalError | None = None
-
-
 class SqliteJournal:
     """A durable journal in the SQLite file at `path` (created with mode 0600 on first use).
 
@@ -139,10 +131,7 @@ class SqliteJournal:
         self.resolver = StepResolver(steps, main_module=main_module)
         self._file: JournalFile | None = None
         self._opening: anyio.Lock | None = None
-        self._rows: list[Row] = []
-        self._level = Durability.QUEUED  # what the rows queued so far need of the next batch
-        self._collecting: _Batch | None = None  # waits for the write in flight, then is written
-        self._in_flight: _Batch | None = None
+        self._pending = BatchWriter(self._write, self._settle, self._write_error)
         self._live: dict[str, _LiveRun] = {}
         self._broken: dict[str, JournalError] = {}
         self._closed = False
@@ -179,8 +168,9 @@ class SqliteJournal:
         if self._file is None:
             return
         with anyio.CancelScope(shield=True):
-            if self._rows or self._in_flight is not None or self._collecting is not None:
-                await self._commit(None)  # joins (or writes) the last batch
+            if self._pending.has_pending():
+                await self._commit(None)  # writes what is pending, on its own or with the batch due
+            await anyio.to_thread.run_sync(self._pending.stop)
             file, self._file = self._file, None  # a later use opens the file again
             if file is not None:
                 file.close()
@@ -188,8 +178,7 @@ class SqliteJournal:
     def abandon(self) -> None:
         """Close without writing what is pending, as a crash would (for crash-window tests)."""
         file, self._file, self._closed = self._file, None, True
-        self._rows, self._level = [], Durability.QUEUED
-        self._collecting = self._in_flight = None
+        self._pending.drop()
         if file is not None:
             file.close()
 
@@ -210,7 +199,7 @@ class SqliteJournal:
         locators = tuple(self._locate(saga, spec) for spec in specs)
         await self.open()
         self._live[run_id] = _LiveRun(frozenset(s.index for s in specs if s.in_doubt), len(specs) - 1)
-        self._rows.append(NewRun(run_id, saga, encode_steps(specs, locators)))
+        self._pending.queue(NewRun(run_id, saga, encode_steps(specs, locators)))
 
     async def append(self, event: SagaEvent) -> None:
         """Record `event`; return once it is as durable as the engine needs (see the module docstring)."""
@@ -220,11 +209,11 @@ class SqliteJournal:
             raise broken.again()
         if self._file is None:
             await self.open()
-        row = EventRow(run_id, event.seq, encode_event(event), _STATUS.get(type(event)))
+        row = _new_event_row(run_id, event.seq, encode_event(event), _STATUS.get(type(event)))
         live = self._live.pop(run_id, None) if isinstance(event, _FINAL) else self._live.get(run_id)
         level = durability_of(event) if live is None else live.durability(event)
         if level is Durability.QUEUED:
-            self._rows.append(row)
+            self._pending.queue(row)
             return
         await self._commit(row, level)
 
@@ -255,7 +244,7 @@ class SqliteJournal:
         """Count a recovery of `run_id` (written with its first recovery event); it is live until done."""
         await self.open()
         self._live[run_id] = _LiveRun(frozenset(), -1)
-        self._rows.append(RecoveryMark(run_id))
+        self._pending.queue(RecoveryMark(run_id))
 
     async def _opened(self) -> JournalFile:
         await self.open()
@@ -282,76 +271,52 @@ class SqliteJournal:
     # -- group commit ------------------------------------------------------------------------------
 
     async def _commit(self, row: Row | None, level: Durability = Durability.SYNCED) -> None:
-        """Add `row` to the next batch and wait until that batch is written (writing it if first)."""
-        if self._alone():
+        """Write `row` with every pending row, and return once they are written."""
+        if len(self._live) <= 1:
             # Tasks ready to run go first: one may start a run, and then this one is not alone.
             await anyio.lowlevel.cancel_shielded_checkpoint()
-        if row is not None:
-            self._rows.append(row)
-        self._level = max(self._level, level)
-        if self._alone():
-            # No other run's step can wait on the loop behind this write.
-            error = self._settle(*self._write_now())
-            if error is not None:
-                raise error
-            return
-        batch = self._collecting
-        if batch is None:
-            # First in: this task writes the batch, once the one in flight is written.
-            batch = self._collecting = _Batch()
-            with anyio.CancelScope(shield=True):
-                await self._write_batch(batch)
-        else:
-            await _written(batch)
+            rows = self._pending.take_if_idle(row) if len(self._live) <= 1 else None
+            if rows is not None:
+                # Alone: no other run's step can wait on the loop behind this write.
+                error: JournalError | None = None
+                try:
+                    self._opened_file().write(rows, level is Durability.SYNCED)
+                except BaseException as exc:
+                    error = self._write_error(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                finally:
+                    self._settle_rows(rows, error)
+                if error is not None:
+                    raise error
+                return
+        batch = self._pending.submit(row, sync=level is Durability.SYNCED)
+        await _written(batch)
         if batch.error is not None:
             raise batch.error.again()
 
-    def _alone(self) -> bool:
-        """True when no batch is being written and at most one run is live: write on the loop."""
-        return self._in_flight is None and self._collecting is None and len(self._live) <= 1
+    def _write(self, rows: list[Row], sync: bool) -> None:
+        self._opened_file().write(rows, sync)
 
-    def _take(self) -> tuple[list[Row], bool]:
-        """The next batch's rows, and whether it must be synced."""
-        rows, sync = self._rows, self._level is Durability.SYNCED
-        self._rows, self._level = [], Durability.QUEUED
-        return rows, sync
+    def _write_error(self, exc: BaseException) -> JournalError:
+        """A write's failure as the runs in its batch see it."""
+        if isinstance(exc, JournalError):
+            return exc
+        if not isinstance(exc, Exception):
+            return JournalUnavailable(self.path, "the write was interrupted")
+        return JournalUnavailable(self.path, f"could not write the journal ({exc!r})")  # a bug below: loudly
 
-    def _write_now(self) -> tuple[list[Row], JournalError | None]:
-        """Write the next batch on this thread (the event loop's)."""
-        rows, sync = self._take()
-        try:
-            self._opened_file().write(rows, sync)
-        except Exception as exc:
-            return rows, _write_error(self.path, exc)
-        return rows, None
+    def _settle(self, rows: list[Row], batch: Batch) -> None:
+        """On the event loop, once the writer thread wrote (or failed to write) `batch`."""
+        self._settle_rows(rows, batch.error)
+        batch.written.set()
 
-    async def _write_batch(self, batch: _Batch) -> None:
-        """Wait for the batch in flight, then write every row queued by then (shielded by the caller)."""
-        previous = self._in_flight
-        if previous is not None:
-            await previous.written.wait()
-        self._collecting, self._in_flight = None, batch  # rows from now on go to the next batch
-        rows, sync = self._take()
-        try:
-            await anyio.to_thread.run_sync(self._opened_file().write, rows, sync)
-        except Exception as exc:
-            batch.error = _write_error(self.path, exc)
-        except BaseException:
-            batch.error = JournalUnavailable(self.path, "the write was interrupted")
-            raise
-        finally:
-            # Whatever happened, every task in the batch hears of it and the next batch goes on.
-            self._settle(rows, batch.error)
-            self._in_flight = None
-            batch.written.set()
-
-    def _settle(self, rows: list[Row], error: JournalError | None) -> JournalError | None:
+    def _settle_rows(self, rows: list[Row], error: JournalError | None) -> None:
         """After a failed write: a lost ride-along row would leave a hole in its run, so that run
         writes no more."""
         if error is not None:
             for row in rows:
                 self._broken.setdefault(row.run_id, error)
-        return error
 
     def _opened_file(self) -> JournalFile:
         if self._file is None:
@@ -359,7 +324,7 @@ class SqliteJournal:
         return self._file
 
 
-async def _written(batch: _Batch) -> None:
+async def _written(batch: Batch) -> None:
     """Wait until `batch` is written, even if cancelled meanwhile: the engine must not act on a row
     the journal does not have yet. (Shielding only once cancelled: a cancel scope per wait costs more
     than the rest of the wait.)"""
@@ -369,10 +334,3 @@ async def _written(batch: _Batch) -> None:
         with anyio.CancelScope(shield=True):
             await batch.written.wait()
         raise
-
-
-def _write_error(path: Path, exc: Exception) -> JournalError:
-    """A write's failure as the runs in its batch see it."""
-    if isinstance(exc, JournalError):
-        return exc
-    return JournalUnavailable(path, f"could not write the journal ({exc!r})")  # a bug below us: loudly
