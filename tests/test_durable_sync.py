@@ -18,7 +18,7 @@ import pytest
 
 from aegis_nb import AegisContext, SagaRolledBack, WorkflowEngine
 from aegis_nb.kernel.report import SagaStatus
-from aegis_nb.saga.durable import SqliteJournal, read_runs
+from aegis_nb.saga.durable import JournalUnavailable, SqliteJournal, read_runs
 from aegis_nb.saga.durable.store import EventRow, NewRun, Row
 from tests.durable_support import Act, World
 
@@ -197,3 +197,37 @@ async def test_the_log_is_written_out_to_its_checkpoint_size_when_the_journal_op
         assert (tmp_path / "j.db-wal").stat().st_size >= 1000 * (4096 + 24)  # SQLite's defaults
         await WorkflowEngine(journal=journal).execute_saga([Act(world, "A")])
     assert [r.status for r in read_runs(tmp_path / "j.db")] == [SagaStatus.COMMITTED]
+
+
+async def test_a_batch_failing_on_the_writer_thread_fails_every_run_in_it_before_they_act(
+    tmp_path: Path,
+) -> None:
+    """Two runs wait on one batch the worker thread cannot write: both hear of it, neither goes on."""
+    world, gate = World(), Gate(2)
+    journal = SqliteJournal(tmp_path / "j.db", steps=[gate, Act(world, "A")])
+    failures: list[str] = []
+    async with journal:
+        file = journal._file
+        assert file is not None
+        write = file.write
+
+        def losing_the_disk(rows: list[Row], sync: bool = True) -> None:
+            if any(row_name(row) == "StepSucceeded Gate" for row in rows):
+                raise OSError("the disk went away")
+            write(rows, sync)
+
+        file.write = losing_the_disk  # type: ignore[method-assign]
+        engine = WorkflowEngine(journal=journal)
+
+        async def run() -> None:
+            try:
+                await engine.execute_saga([gate, Act(world, "A")])
+            except JournalUnavailable as error:
+                failures.append(error.problem)
+
+        async with anyio.create_task_group() as group:
+            for _ in range(2):
+                group.start_soon(run)
+    assert failures == ["could not write the journal (OSError('the disk went away'))"] * 2
+    assert world.done == {}  # step A never ran: the engine acted on no unwritten success
+    assert [r.status for r in read_runs(tmp_path / "j.db")] == [SagaStatus.RUNNING] * 2
