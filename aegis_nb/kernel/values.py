@@ -117,7 +117,7 @@ class FrozenDict(Mapping[str, Any]):
 
 def freeze_mapping(data: Mapping[str, Any], path: str = "metadata") -> dict[str, Any]:
     """Check and freeze every value of `data`; raise `TypeError` naming the offending key."""
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise TypeError(f"{path} must be a mapping, got {type(data).__name__}")
     frozen: dict[str, Any] = {}
     for key, value in data.items():
@@ -129,7 +129,13 @@ def freeze_mapping(data: Mapping[str, Any], path: str = "metadata") -> dict[str,
 
 def freeze(value: Any, path: str) -> Any:
     """Return an immutable copy of a JSON-compatible value, or raise `TypeError` naming `path`."""
-    if value is None or isinstance(value, str | bool | int | Secret | FrozenDict):
+    # Exact types first: every step's result is frozen, and the abstract Mapping check is slow.
+    cls = type(value)
+    if cls is str or cls is int or cls is bool or value is None:
+        return value
+    if cls is dict:
+        return FrozenDict._trusted(freeze_mapping(value, path))
+    if isinstance(value, str | bool | int | Secret | FrozenDict):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):

@@ -12,6 +12,7 @@ deadline, so the timeout guarantee would be a lie.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import math
 from collections import Counter
@@ -70,22 +71,29 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
         )
     if not entries:
         raise SagaDefinitionError("the saga has no steps: there is nothing to run or undo")
-    # Sagas often repeat one class many times: each class is checked once, and a bare instance of
-    # a class with async methods and no tuning attributes (unless the instance sets some) takes
-    # the fast path. Validation runs per step per saga, so this loop is on the hot path.
-    plain_classes: dict[type, bool] = {tuple: False}
+    # Sagas often repeat one class many times, and validation runs per step of every run: each class
+    # is checked once. A step of a class with async methods and no tuning attributes takes the fast
+    # path (unless the instance sets some); any other step of a checked class has only its options
+    # read (unless the instance replaces a method).
+    classes: dict[type, _StepClass] = {}
     names: list[str] = []
     options: list[_Options] = []
     for index, entry in enumerate(entries):
-        cls = type(entry)
-        plain = plain_classes.get(cls)
-        if plain is None:
-            plain = plain_classes[cls] = _is_plain_step_class(cls)
-        if plain and _OVERRIDABLE.isdisjoint(getattr(entry, "__dict__", ())):
-            names.append(cls.__name__)
-            options.append((entry, _NO_ARGS, _NO_KWARGS, None, None, False))
+        if isinstance(entry, tuple):
+            step, args, kwargs = _split_entry(index, entry)
         else:
-            name, resolved = _resolve(index, entry)
+            step, args, kwargs = entry, _NO_ARGS, _NO_KWARGS
+        cls = type(step)
+        kind = classes.get(cls)
+        if kind is None:
+            kind = classes[cls] = _classify(cls)
+        state = getattr(step, "__dict__", ())
+        if kind is _StepClass.PLAIN and _OVERRIDABLE.isdisjoint(state):
+            names.append(cls.__name__)
+            options.append((step, args, kwargs, None, None, False))
+        else:
+            checked = kind is not _StepClass.UNCHECKED and _METHODS.isdisjoint(state)
+            name, resolved = _resolve(index, step, args, kwargs, methods_checked=checked)
             names.append(name)
             options.append(resolved)
     _make_unique(names)
@@ -115,19 +123,19 @@ _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 
 _TUNING = ("name", "timeout", "compensation_retry", "in_doubt", "is_complete")
-_OVERRIDABLE = frozenset(("execute", "compensate", *_TUNING))
+_METHODS = frozenset(("execute", "compensate"))
+_OVERRIDABLE = _METHODS | frozenset(_TUNING)
 
 
-def _resolve(index: int, entry: object) -> tuple[str, _Options]:
-    """The slow path: check one entry fully and read its options."""
-    if isinstance(entry, tuple):
-        step, args, kwargs = _split_entry(index, entry)
-    else:
-        step, args, kwargs = entry, _NO_ARGS, _NO_KWARGS
+def _resolve(
+    index: int, step: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, methods_checked: bool
+) -> tuple[str, _Options]:
+    """Check one step (its methods too, unless its class was checked) and read its options."""
     name = step_name(step)
     where = f"saga entry {index} ({name})"
-    _check_method(step, "execute", where)
-    _check_method(step, "compensate", where)
+    if not methods_checked:
+        _check_method(step, "execute", where)
+        _check_method(step, "compensate", where)
     if getattr(step, "is_complete", True) is False:
         raise SagaDefinitionError(
             f"{where}: the step has no compensation; attach one with "
@@ -149,23 +157,36 @@ def _split_entry(index: int, entry: tuple[Any, ...]) -> tuple[Any, tuple[Any, ..
             f"saga entry {index}: expected (step, args, kwargs), got a tuple of {len(entry)} item(s)"
         )
     step, args, kwargs = entry
-    where = f"saga entry {index} ({step_name(step)})"
-    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
-        raise SagaDefinitionError(f"{where}: args must be a tuple or list, got {type(args).__name__}")
-    if not isinstance(kwargs, Mapping):
-        raise SagaDefinitionError(f"{where}: kwargs must be a mapping, got {type(kwargs).__name__}")
-    if not all(isinstance(key, str) for key in kwargs):
-        raise SagaDefinitionError(f"{where}: kwargs keys must be str")
+    # Exact types first: the abstract-class checks cost more than the rest of a plain entry.
+    if type(args) not in (tuple, list) and (
+        isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence)
+    ):
+        raise SagaDefinitionError(
+            f"saga entry {index} ({step_name(step)}): args must be a tuple or list, got {type(args).__name__}"
+        )
+    if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
+        raise SagaDefinitionError(
+            f"saga entry {index} ({step_name(step)}): kwargs must be a mapping, got {type(kwargs).__name__}"
+        )
+    if kwargs and not all(isinstance(key, str) for key in kwargs):
+        raise SagaDefinitionError(f"saga entry {index} ({step_name(step)}): kwargs keys must be str")
     return step, tuple(args), dict(kwargs)
 
 
-def _is_plain_step_class(cls: type) -> bool:
-    """True for a class whose execute/compensate are async and that defines no tuning attribute."""
-    return (
-        _is_async(getattr(cls, "execute", None))
-        and _is_async(getattr(cls, "compensate", None))
-        and not any(hasattr(cls, attr) for attr in _TUNING)
-    )
+class _StepClass(enum.Enum):
+    """What checking a step class once tells about its instances."""
+
+    PLAIN = "async methods, no tuning attributes"
+    TUNED = "async methods, tuning attributes to read per instance"
+    UNCHECKED = "missing or sync methods: check each instance, which raises"
+
+
+def _classify(cls: type) -> _StepClass:
+    if not (_is_async(getattr(cls, "execute", None)) and _is_async(getattr(cls, "compensate", None))):
+        return _StepClass.UNCHECKED
+    if any(hasattr(cls, attr) for attr in _TUNING):
+        return _StepClass.TUNED
+    return _StepClass.PLAIN
 
 
 def _check_method(step: object, method: str, where: str) -> None:
