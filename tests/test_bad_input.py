@@ -46,6 +46,20 @@ def flight(calls: Calls) -> Recorded:
     return Recorded("flight", calls)
 
 
+class Plain:
+    async def execute(self, ctx: AegisContext) -> None:
+        return None
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+def replacing(step: object, method: str) -> object:
+    """`step` with one of its methods replaced, on the instance only, by a sync function."""
+    setattr(step, method, lambda ctx: None)
+    return step
+
+
 @pytest.mark.parametrize(
     ("make_saga", "message"),
     [
@@ -77,6 +91,17 @@ def flight(calls: Calls) -> Recorded:
             "saga entry 0 (flight): kwargs must be a mapping, got list",
         ),
         (lambda c: [(flight(c), (), {1: "x"})], "saga entry 0 (flight): kwargs keys must be str"),
+        # Classes are checked once per saga; an instance replacing a method is still caught.
+        (
+            lambda c: [Plain(), replacing(Plain(), "execute")],
+            "saga entry 1 (Plain): execute must be `async def` "
+            "(a sync function cannot be cancelled at its deadline)",
+        ),
+        (
+            lambda c: [flight(c), (replacing(flight(c), "compensate"), (), {})],
+            "saga entry 1 (flight): compensate must be `async def` "
+            "(a sync function cannot be cancelled at its deadline)",
+        ),
         (lambda c: [], "the saga has no steps: there is nothing to run or undo"),
         (lambda c: flight(c), "a saga is a list of steps or (step, args, kwargs) tuples, got Recorded"),
     ],
