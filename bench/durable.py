@@ -3,8 +3,10 @@
 The same saga (STEPS trivial steps that all succeed, so only the durability is measured) through:
 our `WorkflowEngine` with a `SqliteJournal`; larzstate's `Workflow` with its `FileStore` (one fsync'd
 JSON file per run, rewritten after every step); and DBOS with its SQLite system database. Each
-contender writes to its own temporary folder on the same disk. larzstate is synchronous, so its
-concurrent sagas run on threads; DBOS and ours run as async tasks on one event loop.
+contender writes to its own temporary folder on the same disk, and each measurement runs in a fresh
+process of its own, so that no contender's background threads (DBOS keeps several) slow another.
+larzstate is synchronous, so its concurrent sagas run on threads; DBOS and ours run as async tasks
+on one event loop. At each concurrency at least three waves of sagas run: a sustained rate.
 
 Targets (issue 6): at most one sync per step for a single saga; per-step cost no worse than
 larzstate's; at least 10x faster than DBOS; with 100 concurrent sagas at least 5x the single-saga
@@ -22,9 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -157,6 +163,14 @@ class DBOSBench:
         DBOS.destroy()
 
 
+def dbos(folder: Path, steps: int, sagas: int, concurrency: int) -> Measure:
+    bench = DBOSBench(folder, steps)
+    try:
+        return bench(folder, steps, sagas, concurrency)
+    finally:
+        bench.close()
+
+
 # -- running -----------------------------------------------------------------------------------------
 
 
@@ -176,6 +190,35 @@ def fsync_ms(folder: Path) -> float:
 
 
 Contender = Callable[[Path, int, int, int], Measure]
+CONTENDERS: dict[str, tuple[str, Contender]] = {
+    "aegis": ("aegis_nb", aegis),
+    "larzstate": ("larzstate", larzstate),
+    "dbos": ("DBOS", dbos),
+}
+"""Option name: (label, measurement)."""
+
+_RESULT = "measure: "
+
+
+def measure_in_child(option: str, folder: Path, steps: int, sagas: int, concurrency: int) -> Measure:
+    """One measurement in a fresh Python process (see the module docstring)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--measure",
+            option,
+            str(folder),
+            str(steps),
+            str(sagas),
+            str(concurrency),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith(_RESULT)]
+    return Measure(**json.loads(line.removeprefix(_RESULT)))
 
 
 def main() -> None:
@@ -184,41 +227,35 @@ def main() -> None:
     parser.add_argument("--sagas", type=int, default=20, help="sagas per measurement at concurrency 1")
     parser.add_argument("--rounds", type=int, default=3, help="rounds, contenders interleaved; best kept")
     parser.add_argument("--only", default="aegis,larzstate,dbos", help="comma-separated contenders")
+    parser.add_argument("--measure", nargs=5, help=argparse.SUPPRESS)  # the child's job
     args = parser.parse_args()
-    names = args.only.split(",")
+    if args.measure:
+        option, folder, steps, sagas, concurrency = args.measure
+        measured = CONTENDERS[option][1](Path(folder), int(steps), int(sagas), int(concurrency))
+        print(_RESULT + json.dumps(dataclasses.asdict(measured)))
+        return
+    options = args.only.split(",")
+    labels = {option: CONTENDERS[option][0] for option in options}
     with tempfile.TemporaryDirectory(prefix="aegis-bench-", dir=Path.cwd()) as tmp:
         root = Path(tmp)
         print(f"disk: one fsync takes {fsync_ms(root):.2f} ms (median); saga of {args.steps} trivial steps")
-        contenders: dict[str, Contender] = {}
-        if "aegis" in names:
-            contenders["aegis_nb"] = aegis
-        if "larzstate" in names:
-            contenders["larzstate"] = larzstate
-        dbos = None
-        if "dbos" in names:
-            (root / "dbos").mkdir()
-            dbos = DBOSBench(root / "dbos", args.steps)
-            contenders["DBOS"] = dbos
         results: dict[tuple[str, int], Measure] = {}
-        try:
-            for concurrency in CONCURRENCY:
-                sagas = max(args.sagas, concurrency)
-                for round_ in range(args.rounds):
-                    # Interleaved, best of the rounds: a noisy neighbour hurts every contender alike.
-                    for name, run in contenders.items():
-                        folder = root / f"{name}-{concurrency}-{round_}"
-                        folder.mkdir(exist_ok=True)
-                        m = run(folder, args.steps, sagas, concurrency)
-                        best = results.get((name, concurrency))
-                        if best is None or m.seconds < best.seconds:
-                            results[name, concurrency] = m
-        finally:
-            if dbos is not None:
-                dbos.close()
-    report(results, contenders, args.steps)
+        for concurrency in CONCURRENCY:
+            # Three waves at least: a sustained rate, not the ramp-up and drain of one burst.
+            sagas = max(args.sagas, 3 * concurrency)
+            for round_ in range(args.rounds):
+                # Interleaved, best of the rounds: a noisy neighbour hurts every contender alike.
+                for option, label in labels.items():
+                    folder = root / f"{option}-{concurrency}-{round_}"
+                    folder.mkdir()
+                    m = measure_in_child(option, folder, args.steps, sagas, concurrency)
+                    best = results.get((label, concurrency))
+                    if best is None or m.seconds < best.seconds:
+                        results[label, concurrency] = m
+    report(results, set(labels.values()), args.steps)
 
 
-def report(results: dict[tuple[str, int], Measure], contenders: dict[str, Contender], steps: int) -> None:
+def report(results: dict[tuple[str, int], Measure], contenders: set[str], steps: int) -> None:
     print(
         f"\n{'contender':10} {'concurrent':>10} {'sagas':>6} {'ms/step':>9} {'steps/s':>9} {'syncs/step':>11}"
     )
