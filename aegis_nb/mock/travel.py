@@ -9,6 +9,7 @@ whose answer never came may still have been made.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.values import Secret
 from aegis_nb.saga.definition import SagaEntry
+from aegis_nb.saga.durable.journal import SqliteJournal
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.app import AegisMCP
@@ -86,7 +88,14 @@ def travel_saga(
     session: ToolCaller, destination: str, nights: int, *, compensation_retry: RetryPolicy | None = None
 ) -> list[SagaEntry]:
     """The saga list for one trip: fly to `destination`, stay `nights`, pay for both."""
-    flight, hotel, card = travel_steps(session, compensation_retry=compensation_retry)
+    return trip(travel_steps(session, compensation_retry=compensation_retry), destination, nights)
+
+
+def trip(
+    steps: tuple[ToolPairStep, ToolPairStep, ToolPairStep], destination: str, nights: int
+) -> list[SagaEntry]:
+    """The saga list for one trip on `steps` (from `travel_steps`): the trip's data are saga arguments."""
+    flight, hotel, card = steps
     return [
         (flight, (), {"destination": destination}),
         (hotel, (), {"city": destination, "nights": nights}),
@@ -104,6 +113,7 @@ def travel_app(
     *,
     session: ToolCaller | None = None,
     engine: WorkflowEngine | None = None,
+    journal: str | os.PathLike[str] | None = None,
     workflow_timeout: float | None = 30.0,
     name: str = "travel-agent",
 ) -> AegisMCP:
@@ -111,6 +121,9 @@ def travel_app(
 
     Give `agency` (a `TravelAgency`, or a server object, `StdioServerParameters` or URL for `connect`:
     the app then holds one session on it while it runs) or an open `session` to use as it is.
+    With `journal` (a SQLite file) every trip is journaled, and on start-up, once connected to the
+    agency, the app rolls back the trips a crash left half done: its three steps are built once and
+    registered with the journal by name, so recovery finds them again.
     """
     from aegis_nb.mock.agency import TravelAgency
 
@@ -118,6 +131,7 @@ def travel_app(
         raise TypeError("travel_app needs exactly one of agency or session")
     target = agency.server if isinstance(agency, TravelAgency) else agency
     sessions: list[ToolCaller] = [] if session is None else [session]
+    steps = travel_steps(_HeldSession(sessions))
 
     @asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[dict[str, Any]]:
@@ -131,14 +145,19 @@ def travel_app(
             finally:
                 sessions.remove(opened)
 
-    app = AegisMCP(name, engine=engine, workflow_timeout=workflow_timeout, lifespan=lifespan)
+    app = AegisMCP(
+        name,
+        engine=engine,
+        workflow_timeout=workflow_timeout,
+        lifespan=lifespan,
+        journal=None if journal is None else SqliteJournal(journal, steps=steps),
+    )
 
     @app.workflow("book_trip")
     async def book_trip(ctx: AegisContext, destination: str, nights: int, card_number: str) -> AegisContext:
         """Fly to `destination`, stay `nights` nights and pay by card; all undone if any step fails."""
-        saga = travel_saga(sessions[-1], destination, nights)
         return await app.workflow_engine.execute_saga(
-            saga, ctx.with_metadata({CARD_KEY: Secret(card_number)})
+            trip(steps, destination, nights), ctx.with_metadata({CARD_KEY: Secret(card_number)})
         )
 
     @app.tool()
@@ -147,6 +166,18 @@ def travel_app(
         return await sessions[-1].call_tool("list_bookings", {})
 
     return app
+
+
+class _HeldSession:
+    """The session the app holds while it runs, whichever it is: its steps outlive any one session."""
+
+    def __init__(self, sessions: list[ToolCaller]) -> None:
+        self._sessions = sessions
+
+    async def call_tool(self, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        if not self._sessions:
+            raise RuntimeError("the travel app is not connected to an agency (is it running?)")
+        return await self._sessions[-1].call_tool(name, arguments)
 
 
 def travel_agent() -> AegisMCP:
