@@ -29,7 +29,7 @@ def record(cls: type[T]) -> type[T]:
         f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING for f in fields
     ):
         raise TypeError(f"{cls.__name__}: record fields cannot have defaults")
-    setattr(cls, _BUILDER, staticmethod(_make_builder(cls, [f.name for f in fields])))
+    setattr(cls, _BUILDER, staticmethod(twin_builder(cls, [f.name for f in fields])))
     return cls
 
 
@@ -39,7 +39,11 @@ def builder(cls: type[T]) -> Callable[..., T]:
     return made
 
 
-def _make_builder(cls: type[Any], names: list[str]) -> Callable[..., Any]:
+def twin_builder(cls: type[T], names: list[str]) -> Callable[..., T]:
+    """``build(*values)``: an instance of the immutable slotted class `cls` with `names` set in order.
+
+    For any class that forbids setting attributes (a frozen dataclass, `AegisContext`).
+    """
     # Adds no slots, so the layouts match and the final __class__ assignment is allowed. Both
     # hooks must be object's own for CPython to use its fast generic attribute setting again.
     plain = {"__slots__": (), "__setattr__": object.__setattr__, "__delattr__": object.__delattr__}
@@ -53,7 +57,7 @@ def _make_builder(cls: type[Any], names: list[str]) -> Callable[..., Any]:
     )
     namespace: dict[str, Any] = {}
     exec(source, {"new": object.__new__, "twin": twin, "cls": cls}, namespace)
-    build: Callable[..., Any] = namespace["build"]
+    build: Callable[..., T] = namespace["build"]
     build.__qualname__ = f"{cls.__qualname__}.build"
     build.__doc__ = f"Create a {cls.__name__} from its fields in order (the fast path)."
     return build

@@ -313,27 +313,27 @@ _TEXT_FIELDS: Final[Mapping[str, str]] = MappingProxyType(
 
 
 def _text_encoder(cls: type) -> Callable[[Any], str]:
+    """One event class's text encoder, generated from its layout (`_LAYOUTS`)."""
+    scope: dict[str, Any] = {"dumps": dumps, "_text_deadline": _text_deadline}
+    scope.update({name: globals()[name] for name in _TEXT_FIELDS.values()})
     pieces = [repr(f'{{"v":{SCHEMA_VERSION},"type":"{cls.__name__}"')]
-    for f in dataclasses.fields(cls):
-        if f.name == "deadline":
-            text = f"_text_deadline(event.{f.name})"
-        elif str(f.type) in _TEXT_FIELDS:
-            text = f"{_TEXT_FIELDS[str(f.type)]}(event.{f.name})"
+    for (name, to_json), field in zip(_LAYOUTS[cls], dataclasses.fields(cls), strict=True):
+        if name == "deadline":
+            text = f"_text_deadline(event.{name})"
+        elif str(field.type) in _TEXT_FIELDS:
+            text = f"{_TEXT_FIELDS[str(field.type)]}(event.{name})"
+        elif to_json is None:
+            text = f"dumps(event.{name})"
         else:  # errors, kinds, reports, step names: rare events, the json module's way
-            text = f"_dumps_field(event, {f.name!r})"
-        pieces += [repr(f',"{f.name}":'), text]
+            scope[f"to_json_{name}"] = to_json
+            text = f"dumps(to_json_{name}(event.{name}))"
+        pieces += [repr(f',"{name}":'), text]
     source = "def encode(event):\n    return " + " + ".join([*pieces, repr("}")]) + "\n"
     namespace: dict[str, Any] = {}
-    exec(source, globals(), namespace)
+    exec(source, scope, namespace)
     encode: Callable[[Any], str] = namespace["encode"]
     encode.__qualname__ = f"encode_{cls.__name__}"
     return encode
-
-
-def _dumps_field(event: SagaEvent, name: str) -> str:
-    value = getattr(event, name)
-    encode = dict(_LAYOUTS[type(event)])[name]
-    return dumps(value if encode is None else encode(value))
 
 
 _TEXT_ENCODERS: Final = MappingProxyType({cls: _text_encoder(cls) for cls in EVENT_TYPES})

@@ -278,17 +278,14 @@ class SqliteJournal:
             rows = self._pending.take_if_idle(row) if len(self._live) <= 1 else None
             if rows is not None:
                 # Alone: no other run's step can wait on the loop behind this write.
-                error: JournalError | None = None
                 try:
-                    self._opened_file().write(rows, level is Durability.SYNCED)
+                    self._write(rows, level is Durability.SYNCED)
                 except BaseException as exc:
                     error = self._write_error(exc)
-                    if not isinstance(exc, Exception):
-                        raise
-                finally:
                     self._settle_rows(rows, error)
-                if error is not None:
-                    raise error
+                    if isinstance(exc, Exception):
+                        raise error from None
+                    raise
                 return
         batch = self._pending.submit(row, sync=level is Durability.SYNCED)
         await _written(batch)
