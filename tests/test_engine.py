@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import anyio
 import pytest
 
@@ -289,3 +292,22 @@ async def test_recover_needs_a_durable_journal() -> None:
     for journal in (None, InMemoryJournal()):
         with pytest.raises(TypeError, match="recover\\(\\) needs a durable journal, such as SqliteJournal"):
             await WorkflowEngine(journal=journal).recover()
+
+
+async def test_a_rolled_back_run_is_freed_with_its_error_not_left_to_the_garbage_collector() -> None:
+    # A failed run's error, traceback and events must not form a reference cycle: a long-lived
+    # agent would otherwise hold every failed run's history until the next full collection.
+    calls = Calls()
+    freed: weakref.ref[SagaRolledBack] | None = None
+    gc.disable()
+    try:
+        try:
+            await WorkflowEngine(compensation_retry=NO_WAIT).execute_saga(
+                travel(calls, fail=Boom("declined")), AegisContext()
+            )
+        except SagaRolledBack as error:
+            freed = weakref.ref(error)
+        assert freed is not None, "the saga did not roll back"
+        assert freed() is None
+    finally:
+        gc.enable()

@@ -72,3 +72,11 @@ def test_derived_contexts_are_immutable_contexts() -> None:
         derived._deadline = 20.0  # type: ignore[misc]
     with pytest.raises(AttributeError, match="AegisContext is immutable"):
         del derived._run_id
+    budgeted = derived._with_budget(30.0)
+    assert type(budgeted) is AegisContext
+    assert (budgeted.deadline, budgeted.idempotency_key, budgeted.metadata) == (
+        30.0,
+        "run/2",
+        derived.metadata,
+    )
+    assert derived.deadline == 10.0

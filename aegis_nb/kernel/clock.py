@@ -15,8 +15,14 @@ def loop_clock() -> Clock:
     library = sniffio.current_async_library()
     if library == "asyncio":
         import asyncio
+        import time
 
-        return asyncio.get_running_loop().time
+        loop = asyncio.get_running_loop()
+        # The default loops read time.monotonic through a Python method; calling it directly
+        # gives the same reading at half the cost. Other loops (uvloop) keep their own clock.
+        if type(loop).time is asyncio.BaseEventLoop.time:
+            return time.monotonic
+        return loop.time
     if library == "trio":
         import trio
 

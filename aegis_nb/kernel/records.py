@@ -18,6 +18,7 @@ from typing import Any, TypeVar, dataclass_transform
 T = TypeVar("T")
 
 _BUILDER = "_record_builder"
+_TWIN = "_record_twin"
 
 
 @dataclass_transform(frozen_default=True)
@@ -44,20 +45,45 @@ def twin_builder(cls: type[T], names: list[str]) -> Callable[..., T]:
 
     For any class that forbids setting attributes (a frozen dataclass, `AegisContext`).
     """
-    # Adds no slots, so the layouts match and the final __class__ assignment is allowed. Both
-    # hooks must be object's own for CPython to use its fast generic attribute setting again.
-    plain = {"__slots__": (), "__setattr__": object.__setattr__, "__delattr__": object.__delattr__}
-    twin = type(f"{cls.__name__}Builder", (cls,), plain)
-    source = (
-        f"def build({', '.join(names)}):\n"
-        "    self = new(twin)\n"
-        + "".join(f"    self.{name} = {name}\n" for name in names)
-        + "    self.__class__ = cls\n"
-        "    return self\n"
-    )
+    lines = [f"def build({', '.join(names)}):", "    self = twin()"]
+    lines += [f"    self.{name} = {name}" for name in names]
+    return _compile(cls, "build", lines, f"Create a {cls.__name__} from its fields in order (the fast path).")
+
+
+def twin_copier(cls: type[T], names: list[str], replaced: list[str]) -> Callable[..., T]:
+    """``copy(instance, *values)``: a copy of `instance` with the fields `replaced` set to `values`.
+
+    `names` lists every field of `cls`; assigned to `cls` it is a method as fast as `build`.
+    """
+    lines = [f"def copy(old, {', '.join(replaced)}):", "    self = twin()"]
+    lines += [f"    self.{name} = {name if name in replaced else f'old.{name}'}" for name in names]
+    return _compile(cls, "copy", lines, f"A copy with {', '.join(replaced)} replaced (the fast path).")
+
+
+def _compile(cls: type[T], function: str, lines: list[str], doc: str) -> Callable[..., T]:
+    """Finish `lines`, which fill ``self``, an instance of `cls`'s mutable twin, into a function."""
+    source = "\n".join([*lines, "    self.__class__ = cls", "    return self", ""])
     namespace: dict[str, Any] = {}
-    exec(source, {"new": object.__new__, "twin": twin, "cls": cls}, namespace)
-    build: Callable[..., T] = namespace["build"]
-    build.__qualname__ = f"{cls.__qualname__}.build"
-    build.__doc__ = f"Create a {cls.__name__} from its fields in order (the fast path)."
-    return build
+    exec(source, {"twin": _twin(cls), "cls": cls}, namespace)
+    made: Callable[..., T] = namespace[function]
+    made.__qualname__ = f"{cls.__qualname__}.{function}"
+    made.__doc__ = doc
+    return made
+
+
+def _twin(cls: type) -> type:
+    """A subclass of `cls` whose instances can be filled in, then re-classed as `cls`."""
+    twin = cls.__dict__.get(_TWIN)
+    if twin is None:
+        # Adds no slots, so the layouts match and the final __class__ assignment is allowed. Both
+        # hooks must be object's own for CPython to use its fast generic attribute setting again,
+        # and object's own __init__ makes calling the twin cheaper than object.__new__(twin).
+        plain = {
+            "__slots__": (),
+            "__init__": object.__init__,
+            "__setattr__": object.__setattr__,
+            "__delattr__": object.__delattr__,
+        }
+        twin = type(f"{cls.__name__}Builder", (cls,), plain)
+        type.__setattr__(cls, _TWIN, twin)
+    return twin

@@ -17,7 +17,8 @@ import inspect
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from itertools import count
+from itertools import chain, count, repeat
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -71,36 +72,63 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
         )
     if not entries:
         raise SagaDefinitionError("the saga has no steps: there is nothing to run or undo")
-    # Sagas often repeat one class many times, and validation runs per step of every run: each class
-    # is checked once. A step of a class with async methods and no tuning attributes takes the fast
-    # path (unless the instance sets some); any other step of a checked class has only its options
-    # read (unless the instance replaces a method).
-    classes: dict[type, _StepClass] = {}
+    # Validation runs on every run, so each class is checked once per saga (sagas often repeat a
+    # class many times), and the common saga, bare steps of classes with async methods and no
+    # tuning attributes, is built in a few passes that run at C speed rather than entry by entry.
+    classes = {cls: _classify(cls) for cls in set(map(type, entries))}
+    if all(kind is _StepClass.PLAIN for kind in classes.values()) and not _set_on_instances(
+        entries, _OVERRIDABLE
+    ):
+        return _plain_specs(entries)
+    return _normalize_entries(entries, classes)
+
+
+def _plain_specs(steps: Sequence[Any]) -> tuple[StepSpec, ...]:
+    """Specs of bare steps whose classes were checked and whose options are all defaults."""
+    names = list(map(_class_name, map(type, steps)))
+    _make_unique(names)
+    # tuple.__new__ skips StepSpec's Python-level __new__: a third of the cost of building one.
+    fields = zip(
+        count(), names, steps, repeat(_NO_ARGS), repeat(_NO_KWARGS), repeat(None), repeat(None), repeat(False)
+    )
+    return tuple(map(_new_tuple, repeat(StepSpec), fields))
+
+
+def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) -> tuple[StepSpec, ...]:
+    """Any saga: ``(step, args, kwargs)`` entries, tuned steps, steps that fail their checks."""
     names: list[str] = []
     options: list[_Options] = []
     for index, entry in enumerate(entries):
         if isinstance(entry, tuple):
             step, args, kwargs = _split_entry(index, entry)
+            cls = type(step)
+            kind = classes.get(cls)
+            if kind is None:
+                kind = classes[cls] = _classify(cls)
         else:
             step, args, kwargs = entry, _NO_ARGS, _NO_KWARGS
-        cls = type(step)
-        kind = classes.get(cls)
-        if kind is None:
-            kind = classes[cls] = _classify(cls)
+            cls = type(step)
+            kind = classes[cls]
         state = getattr(step, "__dict__", ())
         if kind is _StepClass.PLAIN and _OVERRIDABLE.isdisjoint(state):
             names.append(cls.__name__)
             options.append((step, args, kwargs, None, None, False))
         else:
+            # A checked class's methods are trusted unless the instance replaces them.
             checked = kind is not _StepClass.UNCHECKED and _METHODS.isdisjoint(state)
             name, resolved = _resolve(index, step, args, kwargs, methods_checked=checked)
             names.append(name)
             options.append(resolved)
     _make_unique(names)
-    # tuple.__new__ skips StepSpec's Python-level __new__: a third of this function's time.
     return tuple(
         [_new_tuple(StepSpec, (index, name, *rest)) for index, name, rest in zip(count(), names, options)]
     )
+
+
+def _set_on_instances(steps: Sequence[Any], attributes: frozenset[str]) -> bool:
+    """Whether any of `steps` sets one of `attributes` on itself (shadowing its class)."""
+    states = map(getattr, steps, repeat("__dict__"), repeat(()))
+    return not attributes.isdisjoint(chain.from_iterable(states))
 
 
 def _make_unique(names: list[str]) -> None:
@@ -108,17 +136,15 @@ def _make_unique(names: list[str]) -> None:
     counts = Counter(names)
     if len(counts) == len(names):
         return
-    seen: dict[str, int] = {}
-    for position, name in enumerate(names):
-        if counts[name] > 1:
-            seen[name] = number = seen.get(name, 0) + 1
-            names[position] = f"{name}#{number}"
+    numbers = {name: count(1) for name, times in counts.items() if times > 1}
+    names[:] = [name if name not in numbers else f"{name}#{next(numbers[name])}" for name in names]
 
 
 _Options = tuple[Any, tuple[Any, ...], Mapping[str, Any], float | None, RetryPolicy | None, bool]
 """A checked entry's StepSpec fields after index and name: step, args, kwargs, timeout, retry, in-doubt."""
 
 _new_tuple = tuple.__new__
+_class_name = attrgetter("__name__")
 _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 

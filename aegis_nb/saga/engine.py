@@ -130,7 +130,10 @@ class WorkflowEngine:
         Cancellation and interrupts propagate unchanged, after the rollback.
         """
         run = await self.run_saga(steps, ctx, name=name, sinks=sinks)
-        return run.unwrap()
+        try:
+            return run.unwrap()
+        finally:
+            del run  # no cycle through this frame either: see SagaRun.unwrap
 
     async def run_saga(
         self,
@@ -201,6 +204,7 @@ class _Forward:
         self.saga = saga
         self.specs = specs
         self.initial = ctx
+        self.step_names = tuple([s.name for s in specs])
         self.snapshots: list[AegisContext] = []  # what each completed step's execute returned
 
     async def run(self) -> SagaRun:
@@ -209,23 +213,24 @@ class _Forward:
         snapshots = self.snapshots
         started = clock()
         current = self.initial
-        await recorder.emit(
-            SagaStarted, self.saga, tuple([s.name for s in self.specs]), current.deadline, current
-        )
+        await recorder.emit(SagaStarted, self.saga, self.step_names, current.deadline, current)
         guard = DeadlineGuard(current.deadline, clock)
         deadline = guard.deadline  # mirrored locally: read twice per step, written rarely
+        sinks = recorder.sinks  # likewise, until one is detached
         # What _fail needs to know if the step in hand raises.
         running: StepSpec | None = None
         step_input = current
-        step_started = started
+        step_started = now = clock()
         try:
             with guard:
                 for spec in self.specs:
                     index, name, step, args, kwargs, timeout, _, _ = spec
                     running = spec
                     step_input = current._for_step(run_id, index)
+                    # Nothing awaits between the last step's end and this one's start: one clock
+                    # reading serves both.
                     guard.step = name
-                    guard.started_at = step_started = clock()
+                    guard.started_at = step_started = now
                     if timeout is not None:
                         guard.deadline = deadline = min(current.deadline, step_started + timeout)
                     if step_started >= deadline:
@@ -236,11 +241,11 @@ class _Forward:
                     if journal is not None:
                         await journal.append(event)
                     events.append(event)
-                    for sink, origin in recorder.sinks:
+                    for sink in sinks:
                         try:
                             sink(event)
                         except Exception:
-                            recorder.detach(sink, origin, event)
+                            sinks = recorder.detach(sink, event)
 
                     # Unpacking empty args costs as much as the rest of the call: skip it.
                     if args or kwargs:
@@ -249,8 +254,8 @@ class _Forward:
                         result = await step.execute(step_input)
 
                     current = step_input if result is None else self._accept(spec, step_input, result)
-                    if current.deadline != deadline:  # a shorter one, or the end of a step timeout
-                        guard.deadline = deadline = current.deadline
+                    if current._deadline != deadline:  # a shorter one, or the end of a step timeout
+                        guard.deadline = deadline = current._deadline
                     snapshots.append(current)
                     running = None
                     now = clock()
@@ -259,12 +264,13 @@ class _Forward:
                     )
                     if journal is not None:
                         await journal.append(event)
+                        now = clock()  # the write took time
                     events.append(event)
-                    for sink, origin in recorder.sinks:
+                    for sink in sinks:
                         try:
                             sink(event)
                         except Exception:
-                            recorder.detach(sink, origin, event)
+                            sinks = recorder.detach(sink, event)
         except BaseException as exc:
             return await self._fail(exc, started, running, step_input, step_started)
         await recorder.emit(SagaCommitted, self.saga, clock() - started, current)
@@ -350,7 +356,7 @@ class _Forward:
             run_id=self.recorder.run_id,
             saga=self.saga,
             status=status,
-            steps=tuple([s.name for s in self.specs]),
+            steps=self.step_names,
             succeeded=self._succeeded(compensated, failures),
             failed_step=None if failed is None else StepRef(failed.index, failed.name),
             failure_kind=kind,

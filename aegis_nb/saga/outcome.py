@@ -47,7 +47,13 @@ class SagaRun:
     def unwrap(self) -> AegisContext:
         """The final context of a committed run; otherwise raise its `SagaFailed` error."""
         if self.error is not None:
-            raise self.error
+            try:
+                raise self.error
+            finally:
+                # The error's traceback holds this frame: without `self` in it, there is no
+                # cycle, and a failed run's events are freed as soon as the error is (not at
+                # the next garbage collection).
+                del self
         assert self.context is not None
         return self.context
 

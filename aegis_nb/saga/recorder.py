@@ -54,7 +54,7 @@ class SinkSet:
 class RunRecorder:
     """Builds each event with the run id, the next sequence number and the clock time."""
 
-    __slots__ = ("clock", "events", "journal", "run_id", "sinks")
+    __slots__ = ("clock", "events", "journal", "run_id", "sink_sets", "sinks")
 
     def __init__(
         self, run_id: str, clock: Clock, journal: Journal | None, sink_sets: tuple[SinkSet, ...]
@@ -63,9 +63,9 @@ class RunRecorder:
         self.clock = clock
         self.journal = journal
         self.events: list[SagaEvent] = []
-        # Flattened once per run: publishing is on the hot path, two events per step. Each sink is
-        # paired with the set it came from, so a failing one can be detached there too.
-        self.sinks = tuple((sink, origin) for origin in sink_sets for sink in origin._sinks)
+        self.sink_sets = sink_sets
+        # Flattened once per run: publishing is on the hot path, two events per step.
+        self.sinks = tuple(sink for origin in sink_sets for sink in origin._sinks)
 
     async def emit(self, event_type: type[SagaEvent], *fields: Any) -> SagaEvent:
         """Create ``event_type(run_id, seq, time, *fields)``, journal it, then publish it."""
@@ -78,18 +78,23 @@ class RunRecorder:
     def publish(self, event: SagaEvent) -> None:
         """Record `event` in the run and hand it to every sink (the journal must already have it)."""
         self.events.append(event)
-        for sink, origin in self.sinks:
+        for sink in self.sinks:
             try:
                 sink(event)
             except Exception:
-                self.detach(sink, origin, event)
+                self.detach(sink, event)
 
-    def detach(self, sink: Sink, origin: SinkSet, event: SagaEvent) -> None:
-        """Drop a sink that raised on `event`, from this run and from the set it came from, and log it."""
-        self.sinks = tuple(pair for pair in self.sinks if pair[0] is not sink)
-        origin.discard(sink)
+    def detach(self, sink: Sink, event: SagaEvent) -> tuple[Sink, ...]:
+        """Drop a sink that raised on `event`, from this run and from the sets it came from, and log it.
+
+        Returns the sinks left, for publishers that hold them in a local.
+        """
+        self.sinks = tuple([s for s in self.sinks if s is not sink])
+        for origin in self.sink_sets:
+            origin.discard(sink)
         logger.exception(
             "event sink %r raised on %s and was detached; the saga goes on",
             sink,
             type(event).__name__,
         )
+        return self.sinks

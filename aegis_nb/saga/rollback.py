@@ -11,7 +11,6 @@ twice it. Arming a timer per attempt would cost more than the rest of the rollba
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -64,19 +63,31 @@ async def roll_back(
     """Compensate `owed` in the order given (callers pass newest first), shielded from cancellation."""
     rollback = _Rollback(recorder, owed, default_retry, budget)
     with anyio.CancelScope(shield=True):
-        while rollback.pending:
+        while rollback.position < len(owed):
             # A fresh backstop after each one that fired; normally this loop runs once.
             guard = DeadlineGuard(recorder.clock() + 2 * budget, recorder.clock)
             try:
                 with guard:
                     await rollback.drain(guard)
             except ToolTimeoutError as exc:
-                await rollback.failed(exc, None)
+                await rollback.failed(exc, guard.started_at, None)
     return RollbackResult(tuple(rollback.compensated), tuple(rollback.failures))
 
 
 class _Rollback:
-    """The queue of owed compensations; retry state is kept for the head of the queue only."""
+    """Works through the owed compensations in order; retry state is kept for the one in hand."""
+
+    __slots__ = (
+        "attempt_number",
+        "budget",
+        "compensated",
+        "default_retry",
+        "delays",
+        "failures",
+        "owed",
+        "position",
+        "recorder",
+    )
 
     def __init__(
         self,
@@ -86,73 +97,81 @@ class _Rollback:
         budget: float,
     ) -> None:
         self.recorder = recorder
-        self.pending = deque(owed)
+        self.owed = owed
+        self.position = 0  # in `owed`, of the compensation in hand
         self.default_retry = default_retry
         self.budget = budget
         self.compensated: list[StepRef] = []
         self.failures: list[CompensationFailure] = []
         self.attempt_number = 1
-        self.attempt_started = 0.0
         self.delays: Iterator[float] | None = None
 
     def _next(self) -> None:
-        self.pending.popleft()
+        self.position += 1
         self.attempt_number = 1
         self.delays = None
 
     async def drain(self, guard: DeadlineGuard) -> None:
-        """Compensate the pending steps in order; a failed attempt is retried or given up on in place."""
-        recorder, budget, pending, compensated = self.recorder, self.budget, self.pending, self.compensated
+        """Compensate the rest in order; a failed attempt is retried or given up on in place."""
+        recorder, budget, owed, compensated = self.recorder, self.budget, self.owed, self.compensated
         run_id, clock, journal, events = recorder.run_id, recorder.clock, recorder.journal, recorder.events
-        backstop = guard.deadline  # mirrored locally: read once per compensation, written rarely
-        while pending:
-            spec, snapshot = pending[0]
+        # Mirrored in locals, read once or twice per compensation and changed only by a failed
+        # attempt (or a detached sink, or a backstop re-armed once per budget).
+        backstop, sinks = guard.deadline, recorder.sinks
+        position, end, attempt = self.position, len(owed), self.attempt_number
+        now = clock()
+        while position < end:
+            spec, snapshot = owed[position]
             index, name, step, args, kwargs, _, _, _ = spec
             guard.step = name
-            self.attempt_started = guard.started_at = now = clock()
+            guard.started_at = now
             if backstop < now + budget:
                 guard.deadline = backstop = now + 2 * budget
             ctx = snapshot._with_budget(now + budget)
             # recorder.emit and .publish, inlined: a long rollback is two events per step, like
             # the forward phase.
-            event: SagaEvent = _new_started(run_id, len(events), now, index, name, self.attempt_number)
+            event: SagaEvent = _new_started(run_id, len(events), now, index, name, attempt)
             if journal is not None:
                 await journal.append(event)
             events.append(event)
-            for sink, origin in recorder.sinks:
+            for sink in sinks:
                 try:
                     sink(event)
                 except Exception:
-                    recorder.detach(sink, origin, event)
+                    sinks = recorder.detach(sink, event)
             try:
                 if args or kwargs:
                     await step.compensate(ctx, *args, **kwargs)
                 else:  # unpacking empty args costs as much as the rest of the call
                     await step.compensate(ctx)
             except Exception as exc:
-                await self.failed(exc, guard)
-                backstop = guard.deadline
+                await self.failed(exc, now, guard)
+                backstop, sinks = guard.deadline, recorder.sinks
+                position, attempt, now = self.position, self.attempt_number, clock()
                 continue
-            attempt = self.attempt_number
             if attempt == 1:
-                pending.popleft()
+                self.position = position = position + 1
             else:
                 self._next()
-            done = clock()
-            event = _new_succeeded(run_id, len(events), done, index, name, attempt, done - now)
+                position = self.position
+            now = clock()
+            event = _new_succeeded(run_id, len(events), now, index, name, attempt, now - guard.started_at)
+            attempt = 1
             if journal is not None:
                 await journal.append(event)
+                now = clock()
             events.append(event)
-            for sink, origin in recorder.sinks:
+            for sink in sinks:
                 try:
                     sink(event)
                 except Exception:
-                    recorder.detach(sink, origin, event)
+                    sinks = recorder.detach(sink, event)
             compensated.append(_new_step_ref(index, name))
+            # Nothing awaits from here to the next compensation's start: `now` serves both.
 
-    async def failed(self, exc: Exception, guard: DeadlineGuard | None) -> None:
-        """Record a failed attempt; back off before the next one, or give up on this step."""
-        (spec, snapshot), clock = self.pending[0], self.recorder.clock
+    async def failed(self, exc: Exception, started: float, guard: DeadlineGuard | None) -> None:
+        """Record a failed attempt (begun at `started`); back off before the next one, or give up."""
+        (spec, snapshot), clock = self.owed[self.position], self.recorder.clock
         policy = spec.retry or self.default_retry
         error = ErrorInfo.from_exception(exc, snapshot.secret_values())
         attempt = self.attempt_number
@@ -162,7 +181,7 @@ class _Rollback:
             spec.index,
             spec.name,
             attempt,
-            clock() - self.attempt_started,
+            clock() - started,
             error,
             will_retry,
         )

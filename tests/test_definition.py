@@ -1,0 +1,52 @@
+"""normalize_saga: the fast path for plain steps gives exactly what checking each entry gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from aegis_nb import AegisContext, SagaDefinitionError
+from aegis_nb.saga.definition import normalize_saga
+
+
+class Plain:
+    async def execute(self, ctx: AegisContext) -> None:
+        return None
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+class Other(Plain):
+    pass
+
+
+def test_bare_plain_steps_and_the_same_steps_as_tuples_normalize_alike() -> None:
+    steps = [Plain(), Other(), Plain(), Plain()]
+    bare = normalize_saga(steps)
+    assert bare == normalize_saga([(s, (), {}) for s in steps])
+    assert [(s.index, s.name, s.step) for s in bare] == [
+        (0, "Plain#1", steps[0]),
+        (1, "Other", steps[1]),
+        (2, "Plain#2", steps[2]),
+        (3, "Plain#3", steps[3]),
+    ]
+    assert [(s.args, dict(s.kwargs), s.timeout, s.retry, s.in_doubt) for s in bare] == [
+        ((), {}, None, None, False)
+    ] * len(steps)
+
+
+def test_options_set_on_one_instance_of_a_plain_class_are_read() -> None:
+    tuned = Plain()
+    tuned.name = "tuned"  # type: ignore[attr-defined]
+    tuned.timeout = 2  # type: ignore[attr-defined]
+    tuned.in_doubt = True  # type: ignore[attr-defined]
+    first, second = normalize_saga([Plain(), tuned])
+    assert (first.name, first.timeout, first.in_doubt) == ("Plain", None, False)
+    assert (second.name, second.timeout, second.in_doubt) == ("tuned", 2.0, True)
+
+
+def test_a_bad_option_on_one_instance_of_a_plain_class_is_refused() -> None:
+    bad = Plain()
+    bad.timeout = -1  # type: ignore[attr-defined]
+    with pytest.raises(SagaDefinitionError, match=r"saga entry 1 \(Plain\): timeout must be a positive"):
+        normalize_saga([Plain(), bad])
