@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
+from itertools import chain
 from typing import Any
 
 import anyio
@@ -305,8 +306,9 @@ class _Forward:
         kind = _classify(exc)
         cause = ErrorInfo.from_exception(exc, step_input.secret_values())
         snapshots = self.snapshots
-        owed: list[tuple[StepSpec, AegisContext]]
-        owed = list(zip(reversed(self.specs[: len(snapshots)]), reversed(snapshots), strict=True))
+        # Newest first, each with what its own execute returned; zip hands out its pairs lazily.
+        owed: Iterable[tuple[StepSpec, AegisContext]]
+        owed = zip(reversed(self.specs[: len(snapshots)]), reversed(snapshots), strict=True)
         with anyio.CancelScope(shield=True):
             if failed is not None:
                 duration = clock() - step_started
@@ -317,7 +319,7 @@ class _Forward:
                     await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
                 # A ToolError is the tool's own answer that it did not act: nothing is in doubt.
                 if failed.in_doubt and not isinstance(exc, ToolError):
-                    owed.insert(0, (failed, step_input))
+                    owed = chain([(failed, step_input)], owed)
             result = await roll_back(
                 recorder,
                 owed,

@@ -11,8 +11,9 @@ twice it. Arming a timer per attempt would cost more than the rest of the rollba
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import NamedTuple
 
 import anyio
@@ -55,7 +56,7 @@ class RollbackResult:
 
 async def roll_back(
     recorder: RunRecorder,
-    owed: Sequence[tuple[StepSpec, AegisContext]],
+    owed: Iterable[tuple[StepSpec, AegisContext]],
     *,
     default_retry: RetryPolicy,
     budget: float,
@@ -63,14 +64,14 @@ async def roll_back(
     """Compensate `owed` in the order given (callers pass newest first), shielded from cancellation."""
     rollback = _Rollback(recorder, owed, default_retry, budget)
     with anyio.CancelScope(shield=True):
-        while rollback.position < len(owed):
+        while not rollback.done:
             # A fresh backstop after each one that fired; normally this loop runs once.
             guard = DeadlineGuard(recorder.clock() + 2 * budget, recorder.clock)
             try:
                 with guard:
                     await rollback.drain(guard)
             except ToolTimeoutError as exc:
-                await rollback.failed(exc, guard.started_at, None)
+                rollback.retrying = await rollback.failed(exc, guard.started_at, None)
     return RollbackResult(tuple(rollback.compensated), tuple(rollback.failures))
 
 
@@ -83,22 +84,28 @@ class _Rollback:
         "compensated",
         "default_retry",
         "delays",
+        "done",
         "failures",
-        "owed",
-        "position",
+        "in_hand",
+        "pending",
         "recorder",
+        "retrying",
     )
 
     def __init__(
         self,
         recorder: RunRecorder,
-        owed: Sequence[tuple[StepSpec, AegisContext]],
+        owed: Iterable[tuple[StepSpec, AegisContext]],
         default_retry: RetryPolicy,
         budget: float,
     ) -> None:
         self.recorder = recorder
-        self.owed = owed
-        self.position = 0  # in `owed`, of the compensation in hand
+        self.pending = iter(owed)
+        self.done = False
+        # The compensation being attempted, recorded only when an attempt fails (a backstop can
+        # interrupt `drain`, which then resumes with it if `retrying`).
+        self.in_hand: tuple[StepSpec, AegisContext] | None = None
+        self.retrying = False
         self.default_retry = default_retry
         self.budget = budget
         self.compensated: list[StepRef] = []
@@ -106,72 +113,82 @@ class _Rollback:
         self.attempt_number = 1
         self.delays: Iterator[float] | None = None
 
-    def _next(self) -> None:
-        self.position += 1
-        self.attempt_number = 1
-        self.delays = None
-
     async def drain(self, guard: DeadlineGuard) -> None:
-        """Compensate the rest in order; a failed attempt is retried or given up on in place."""
-        recorder, budget, owed, compensated = self.recorder, self.budget, self.owed, self.compensated
+        """Compensate the rest in order, each until it succeeds or its retries are spent."""
+        recorder, budget, compensated = self.recorder, self.budget, self.compensated
         run_id, clock, journal, events = recorder.run_id, recorder.clock, recorder.journal, recorder.events
         # Mirrored in locals, read once or twice per compensation and changed only by a failed
         # attempt (or a detached sink, or a backstop re-armed once per budget).
         backstop, sinks = guard.deadline, recorder.sinks
-        position, end, attempt = self.position, len(owed), self.attempt_number
+        owed: Iterable[tuple[StepSpec, AegisContext]] = self.pending
+        if self.retrying and self.in_hand is not None:
+            owed = chain([self.in_hand], owed)
         now = clock()
-        while position < end:
-            spec, snapshot = owed[position]
+        for spec, snapshot in owed:
             index, name, step, args, kwargs, _, _, _ = spec
-            guard.step = name
-            guard.started_at = now
-            if backstop < now + budget:
-                guard.deadline = backstop = now + 2 * budget
-            ctx = snapshot._with_budget(now + budget)
-            # recorder.emit and .publish, inlined: a long rollback is two events per step, like
-            # the forward phase.
-            event: SagaEvent = _new_started(run_id, len(events), now, index, name, attempt)
-            if journal is not None:
-                await journal.append(event)
-            events.append(event)
-            for sink in sinks:
+            attempt = self.attempt_number
+            while True:
+                guard.step = name
+                guard.started_at = now
+                if backstop < now + budget:
+                    guard.deadline = backstop = now + 2 * budget
+                ctx = snapshot._with_budget(now + budget)
+                # recorder.emit and .publish, inlined: a long rollback is two events per step,
+                # like the forward phase.
+                event: SagaEvent = _new_started(run_id, len(events), now, index, name, attempt)
+                if journal is not None:
+                    await journal.append(event)
+                events.append(event)
+                for sink in sinks:
+                    try:
+                        sink(event)
+                    except Exception:
+                        sinks = recorder.detach(sink, event)
                 try:
-                    sink(event)
-                except Exception:
-                    sinks = recorder.detach(sink, event)
-            try:
-                if args or kwargs:
-                    await step.compensate(ctx, *args, **kwargs)
-                else:  # unpacking empty args costs as much as the rest of the call
-                    await step.compensate(ctx)
-            except Exception as exc:
-                await self.failed(exc, now, guard)
-                backstop, sinks = guard.deadline, recorder.sinks
-                position, attempt, now = self.position, self.attempt_number, clock()
-                continue
-            if attempt == 1:
-                self.position = position = position + 1
-            else:
-                self._next()
-                position = self.position
-            now = clock()
-            event = _new_succeeded(run_id, len(events), now, index, name, attempt, now - guard.started_at)
-            attempt = 1
-            if journal is not None:
-                await journal.append(event)
+                    if args or kwargs:
+                        await step.compensate(ctx, *args, **kwargs)
+                    else:  # unpacking empty args costs as much as the rest of the call
+                        await step.compensate(ctx)
+                except Exception as exc:
+                    self.in_hand = spec, snapshot
+                    retry = await self.failed(exc, now, guard)
+                    backstop, sinks, attempt, now = (
+                        guard.deadline,
+                        recorder.sinks,
+                        self.attempt_number,
+                        clock(),
+                    )
+                    if retry:
+                        continue
+                    break
+                except BaseException:  # the backstop fired: roll_back decides whether to retry
+                    self.in_hand = spec, snapshot
+                    raise
                 now = clock()
-            events.append(event)
-            for sink in sinks:
-                try:
-                    sink(event)
-                except Exception:
-                    sinks = recorder.detach(sink, event)
-            compensated.append(_new_step_ref(index, name))
+                event = _new_succeeded(run_id, len(events), now, index, name, attempt, now - guard.started_at)
+                if journal is not None:
+                    await journal.append(event)
+                    now = clock()
+                events.append(event)
+                for sink in sinks:
+                    try:
+                        sink(event)
+                    except Exception:
+                        sinks = recorder.detach(sink, event)
+                compensated.append(_new_step_ref(index, name))
+                if attempt != 1:
+                    self.attempt_number, self.delays = 1, None
+                break
             # Nothing awaits from here to the next compensation's start: `now` serves both.
+        self.done = True
 
-    async def failed(self, exc: Exception, started: float, guard: DeadlineGuard | None) -> None:
-        """Record a failed attempt (begun at `started`); back off before the next one, or give up."""
-        (spec, snapshot), clock = self.owed[self.position], self.recorder.clock
+    async def failed(self, exc: Exception, started: float, guard: DeadlineGuard | None) -> bool:
+        """Record a failed attempt of the compensation in hand (begun at `started`).
+
+        Returns whether it will be retried, after backing off; otherwise it is given up on.
+        """
+        assert self.in_hand is not None
+        (spec, snapshot), clock = self.in_hand, self.recorder.clock
         policy = spec.retry or self.default_retry
         error = ErrorInfo.from_exception(exc, snapshot.secret_values())
         attempt = self.attempt_number
@@ -186,9 +203,9 @@ class _Rollback:
             will_retry,
         )
         if not will_retry:
-            self._next()
+            self.attempt_number, self.delays = 1, None
             self.failures.append(CompensationFailure(StepRef(spec.index, spec.name), attempt, error))
-            return
+            return False
         if self.delays is None:
             self.delays = policy.delays()
         delay = next(self.delays)
@@ -198,3 +215,4 @@ class _Rollback:
         if guard is not None and guard.deadline < now + delay + self.budget:
             guard.deadline = now + delay + 2 * self.budget
         await anyio.sleep(delay)
+        return True
