@@ -104,7 +104,10 @@ class TemporalSagaRunner:
     ) -> AegisContext:
         """Run the saga; return the final context or raise `SagaRolledBack` / `SagaCompensationFailed`."""
         run = await self.run_saga(steps, ctx, name=name, workflow_id=workflow_id, sinks=sinks)
-        return run.unwrap()
+        try:
+            return run.unwrap()
+        finally:
+            del run  # no reference cycle through the error's traceback: see SagaRun.unwrap
 
     async def run_saga(
         self,
