@@ -9,8 +9,12 @@ on a second server (through an in-process `ToolSession`):
 
 The ratio saga/direct is the overhead of the saga layer (target: under 1.2x). For scale, it also
 times the client making the three calls itself (no outer call at all), and the plain tool passing
-idempotency keys as the saga's steps do: what a key costs the tool server (the SDK tries to parse
-every string argument of a ``str | None`` parameter as JSON), which is part of the saga's cost.
+idempotency keys as the saga's steps do: what a key costs the tool server, which is part of the
+saga's cost.
+
+The tool server types the key as the mock travel agency does, ``str`` with ``""`` for none: the SDK
+tries to parse every string argument of a parameter not typed exactly ``str`` (``str | None``, say)
+as JSON, and a key fails that parse with an exception on every call.
 
 Rounds of each way are interleaved and the best round of each is kept, as in bench/engine.py, so
 other load on a shared machine stays out of the ratio.
@@ -45,17 +49,17 @@ from aegis_nb.server.tool_step import ToolPairStep  # noqa: E402
 
 
 def tool_server(latency: float) -> MCPServer[Any]:
-    """A trivial tool that takes `latency` seconds, and its undo tool."""
+    """A trivial tool that takes `latency` seconds, and its undo tool (key typed as in aegis_nb.mock)."""
     tools = MCPServer("tools")
 
     @tools.tool()
-    async def act(n: int, idempotency_key: str | None = None) -> dict[str, int]:
+    async def act(n: int, idempotency_key: str = "") -> dict[str, int]:
         if latency:
             await anyio.sleep(latency)
         return {"n": n}
 
     @tools.tool()
-    async def undo(idempotency_key: str | None = None) -> dict[str, bool]:
+    async def undo(idempotency_key: str = "") -> dict[str, bool]:
         return {"ok": True}
 
     return tools

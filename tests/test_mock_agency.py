@@ -35,6 +35,36 @@ async def test_the_agency_lists_its_tools() -> None:
         ]
 
 
+def test_optional_text_arguments_are_plain_strings_that_the_sdk_does_not_parse_as_json() -> None:
+    # The SDK json.loads every string sent for a parameter not typed exactly `str`; keys and ids
+    # are sent on every tool-pair step, so they are `str` with "" for none.
+    tools = {
+        tool.name: tool.fn_metadata.arg_model.model_fields
+        for tool in TravelAgency().server._tool_manager.list_tools()
+    }
+    optional_text = [
+        (tool, name)
+        for tool, fields in tools.items()
+        for name, f in fields.items()
+        if f.annotation == str | None
+    ]
+    assert optional_text == []
+    assert (
+        tools["cancel_flight"]["booking_id"].annotation,
+        tools["cancel_flight"]["booking_id"].default,
+    ) == (str, "")
+
+
+async def test_an_empty_key_or_id_means_none() -> None:
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        first = await session.call_tool("book_flight", {"destination": "Lisbon", "idempotency_key": ""})
+        second = await session.call_tool("book_flight", {"destination": "Lisbon", "idempotency_key": ""})
+        with pytest.raises(ToolError, match="give exactly one of booking_id or idempotency_key"):
+            await session.call_tool("cancel_flight", {"booking_id": "", "idempotency_key": ""})
+    assert (first["booking_id"], second["booking_id"]) == ("FL-0001", "FL-0002")
+
+
 async def test_a_trip_books_charges_and_shows_in_the_ledger() -> None:
     agency = TravelAgency()
     async with agency.connect() as session:

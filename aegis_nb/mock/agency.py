@@ -5,6 +5,11 @@ Tools: ``search_flights``, ``book_flight``/``cancel_flight``, ``reserve_hotel``/
 serving, for clients in another process). Every booking tool takes an optional ``idempotency_key``;
 every undo tool takes the id it returned *or* that key, so an in-doubt step can be undone without
 knowing whether it happened. Prices are derived from the names, so runs are reproducible.
+
+Optional text arguments are typed ``str`` with ``""`` for "not given", not ``str | None``: the SDK
+tries to parse every string sent for a parameter not typed exactly ``str`` as JSON (so a client may
+send a list as text), and a key such as ``run-id/0`` fails that parse with an exception on every
+call of a tool-pair step (~20 µs a call in bench/mcp.py). An empty key, id or flight number means none.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ DECLINED = "Card Declined!"
 DECLINED_TEST_CARD = "4000000000000002"
 """A card number that is always declined (as with payment providers' test cards)."""
 
-Key = Annotated[str | None, Field(description="Makes retries safe: the same key returns the same result.")]
-UndoKey = Annotated[str | None, Field(description="Undo what was done under this idempotency key instead.")]
+Key = Annotated[str, Field(description="Makes retries safe: the same key returns the same result.")]
+UndoKey = Annotated[str, Field(description="Undo what was done under this idempotency key instead.")]
+UndoId = Annotated[str, Field(description="The id the booking tool returned.")]
 
 
 class FlightOffer(TypedDict):
@@ -153,12 +159,12 @@ class TravelAgency:
 
         @server.tool()
         async def book_flight(
-            destination: str, flight_no: str | None = None, idempotency_key: Key = None
+            destination: str, flight_no: str = "", idempotency_key: Key = ""
         ) -> BookingResult:
             """Book a seat to `destination` (the cheapest flight unless `flight_no` is given)."""
             await agency._before("book_flight")
             offers = sorted(flight_offers(destination), key=lambda o: o["price_cents"])
-            chosen = [o for o in offers if flight_no is None or o["flight_no"] == flight_no]
+            chosen = [o for o in offers if not flight_no or o["flight_no"] == flight_no]
             if not chosen:
                 known = ", ".join(o["flight_no"] for o in offers)
                 raise ToolError("book_flight", f"no flight {flight_no} to {destination} (flights: {known})")
@@ -170,20 +176,20 @@ class TravelAgency:
                     destination,
                     offer["flight_no"],
                     offer["price_cents"],
-                    idempotency_key=idempotency_key,
+                    idempotency_key=idempotency_key or None,
                 ),
             )
             await agency._after("book_flight")
             return cast(BookingResult, booking.to_json())
 
         @server.tool()
-        async def cancel_flight(booking_id: str | None = None, idempotency_key: UndoKey = None) -> UndoResult:
+        async def cancel_flight(booking_id: UndoId = "", idempotency_key: UndoKey = "") -> UndoResult:
             """Cancel a flight booking; cancelling twice is a success that changes nothing."""
             await agency._before("cancel_flight")
             undo = agency._ledger_call(
                 "cancel_flight",
                 lambda: agency.ledger.cancel(
-                    BookingKind.FLIGHT, booking_id=booking_id, idempotency_key=idempotency_key
+                    BookingKind.FLIGHT, booking_id=booking_id or None, idempotency_key=idempotency_key or None
                 ),
             )
             await agency._after("cancel_flight")
@@ -191,7 +197,7 @@ class TravelAgency:
 
         @server.tool()
         async def reserve_hotel(
-            city: str, nights: Annotated[int, Field(ge=1, le=60)], idempotency_key: Key = None
+            city: str, nights: Annotated[int, Field(ge=1, le=60)], idempotency_key: Key = ""
         ) -> BookingResult:
             """Reserve a room in `city` for `nights` nights."""
             await agency._before("reserve_hotel")
@@ -203,20 +209,20 @@ class TravelAgency:
                     f"Hotel {city.title()}",
                     nights * hotel_rate_cents(city),
                     nights=nights,
-                    idempotency_key=idempotency_key,
+                    idempotency_key=idempotency_key or None,
                 ),
             )
             await agency._after("reserve_hotel")
             return cast(BookingResult, booking.to_json())
 
         @server.tool()
-        async def cancel_hotel(booking_id: str | None = None, idempotency_key: UndoKey = None) -> UndoResult:
+        async def cancel_hotel(booking_id: UndoId = "", idempotency_key: UndoKey = "") -> UndoResult:
             """Cancel a hotel reservation; cancelling twice is a success that changes nothing."""
             await agency._before("cancel_hotel")
             undo = agency._ledger_call(
                 "cancel_hotel",
                 lambda: agency.ledger.cancel(
-                    BookingKind.HOTEL, booking_id=booking_id, idempotency_key=idempotency_key
+                    BookingKind.HOTEL, booking_id=booking_id or None, idempotency_key=idempotency_key or None
                 ),
             )
             await agency._after("cancel_hotel")
@@ -226,7 +232,7 @@ class TravelAgency:
         async def charge_card(
             amount_cents: Annotated[int, Field(gt=0)],
             card_number: Annotated[str, Field(pattern=r"^[0-9]{12,19}$")],
-            idempotency_key: Key = None,
+            idempotency_key: Key = "",
         ) -> ChargeResult:
             """Charge `amount_cents` to a card; only its last four digits are kept."""
             await agency._before("charge_card")
@@ -234,18 +240,22 @@ class TravelAgency:
                 raise ToolError("charge_card", DECLINED)
             charge = agency._ledger_call(
                 "charge_card",
-                lambda: agency.ledger.charge(amount_cents, card_number[-4:], idempotency_key=idempotency_key),
+                lambda: agency.ledger.charge(
+                    amount_cents, card_number[-4:], idempotency_key=idempotency_key or None
+                ),
             )
             await agency._after("charge_card")
             return cast(ChargeResult, charge.to_json())
 
         @server.tool()
-        async def refund_card(charge_id: str | None = None, idempotency_key: UndoKey = None) -> UndoResult:
+        async def refund_card(charge_id: UndoId = "", idempotency_key: UndoKey = "") -> UndoResult:
             """Refund a charge in full; refunding twice is a success that changes nothing."""
             await agency._before("refund_card")
             undo = agency._ledger_call(
                 "refund_card",
-                lambda: agency.ledger.refund(charge_id=charge_id, idempotency_key=idempotency_key),
+                lambda: agency.ledger.refund(
+                    charge_id=charge_id or None, idempotency_key=idempotency_key or None
+                ),
             )
             await agency._after("refund_card")
             return UndoResult(id=undo.id, changed=undo.changed)
