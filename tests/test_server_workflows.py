@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
@@ -16,7 +17,7 @@ from aegis_nb.kernel.errors import SagaDefinitionError, ToolError
 from aegis_nb.kernel.values import Secret
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.server.app import AegisMCP, Transport
+from aegis_nb.server.app import AegisMCP, Transport, _request_context
 from aegis_nb.server.deadline import TIMEOUT_META_KEY
 
 pytestmark = pytest.mark.anyio
@@ -99,21 +100,17 @@ async def test_a_workflow_is_a_tool_with_an_input_and_output_schema() -> None:
         "type": "object",
         "description": "Structured content of a workflow call (the tool's output schema), committed or not.",
         "properties": {
-            "status": {"enum": ["committed", "rolled_back", "stuck"], "type": "string"},
+            "status": {"enum": ["committed", "rolled_back", "stuck"]},
             "workflow": {"type": "string"},
             "run_id": {"type": ["string", "null"]},
             "summary": {"type": "string"},
             "metadata": {"type": "object"},
             "steps": {
                 "type": "array",
-                "items": {
-                    "type": "object",
-                    "description": (
-                        "One step that ran to completion, with how long its execute took: "
-                        "index (integer), name (string), duration_ms (number)."
-                    ),
-                    "required": ["index", "name", "duration_ms"],
-                },
+                "description": (
+                    "The steps that ran to completion, in order, with how long each execute took: "
+                    "one object each, with index (integer), name (string), duration_ms (number)."
+                ),
             },
             "duration_ms": {"type": "number"},
             "report": {"type": ["object", "null"]},
@@ -503,3 +500,11 @@ async def test_a_workflow_can_be_called_without_a_client() -> None:
     assert result.is_error is False
     assert result.structured_content is not None
     assert result.structured_content["summary"] == "committed: BookFlight, ReserveHotel"
+
+
+def test_the_request_context_is_read_where_the_sdk_context_keeps_it() -> None:
+    request: Any = object()  # stands in for the SDK's ServerRequestContext
+    served: Context[Any, Any] = Context(request_context=request)
+    assert _request_context(served) is served.request_context is request
+    assert _request_context(Context()) is None
+    assert _request_context(None) is None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from mcp.types import CallToolResult, TextContent
 from pydantic import TypeAdapter
@@ -49,10 +49,12 @@ def workflow_output_schema() -> dict[str, Any]:
     """The JSON schema of `WorkflowResult`, shaped to be cheap to check.
 
     Clients check every structured result against the output schema (the Python SDK with
-    `jsonschema`, ~4 µs per subschema applied to a value: ~115 µs for a 3-step result with one
-    subschema per field, more than the engine's whole run). So the published schema has no ``$ref``,
-    a list of types instead of an ``anyOf``, no generated titles, and a step's three fields
-    required and typed in words rather than with a subschema each (~50 µs).
+    `jsonschema`, which builds a validator for each subschema it applies to a value: ~4 µs each).
+    So the published schema applies as few subschemas as say the same thing: no ``$ref``, a list
+    of types instead of an ``anyOf``, no generated titles, no ``type`` beside an ``enum`` of
+    strings, and no subschema per step (a step's fields are given in words). A 3-step result takes
+    ~36 µs to check against it, ~140 µs against the schema pydantic generates, and a step more
+    costs nothing instead of another ~4 µs.
     """
     schema = TypeAdapter(WorkflowResult).json_schema()
     definitions = schema.pop("$defs", {})
@@ -75,15 +77,22 @@ def workflow_output_schema() -> dict[str, Any]:
             ):
                 node.pop("anyOf")
                 node["type"] = [b["type"] for b in branches]
+            # An enum of strings already says the value is a string.
+            if node.get("type") == "string" and all(isinstance(v, str) for v in node.get("enum", [None])):
+                node.pop("type")
             return node
         if isinstance(node, list):
             return [lean(item) for item in node]
         return node
 
     result = dict(lean(schema))
-    step = result["properties"]["steps"]["items"]
-    fields = ", ".join(f"{name} ({field['type']})" for name, field in step.pop("properties").items())
-    step["description"] = f"{step['description'].rstrip('.')}: {fields}."
+    steps = result["properties"]["steps"]
+    step = steps.pop("items")
+    fields = ", ".join(f"{name} ({field['type']})" for name, field in step["properties"].items())
+    steps["description"] = (
+        f"The steps that ran to completion, in order, with how long each execute took: "
+        f"one object each, with {fields}."
+    )
     return result
 
 
@@ -92,20 +101,21 @@ def committed_result(
 ) -> CallToolResult:
     """A committed workflow: the last run's steps and final metadata, as structure and as JSON text."""
     run_id, steps = _last_run(events)
-    structured = WorkflowResult(
-        status="committed",
-        workflow=workflow,
-        run_id=run_id,
-        summary=f"committed: {', '.join([step['name'] for step in steps])}",
-        metadata={} if final is None else final.to_json(),
-        steps=steps,
-        duration_ms=_ms(duration),
-        report=None,
-    )
-    # The text block repeats the structure as JSON, for clients that only read content.
+    structured: WorkflowResult = {
+        "status": "committed",
+        "workflow": workflow,
+        "run_id": run_id,
+        "summary": "committed: " + ", ".join([step["name"] for step in steps]),
+        "metadata": {} if final is None else final.to_json(),
+        "steps": steps,
+        "duration_ms": _ms(duration),
+        "report": None,
+    }
+    # The text block repeats the structure as JSON, for clients that only read content (the MCP
+    # spec asks for it). The dict is fresh, so it is handed over as it is, not copied.
     return CallToolResult(
         content=[TextContent(type="text", text=to_json(structured).decode())],
-        structured_content=dict(structured),
+        structured_content=cast(dict[str, Any], structured),
     )
 
 
@@ -141,7 +151,7 @@ def error_result(text: str) -> CallToolResult:
 
 def _timings(events: Sequence[SagaEvent], run_id: str) -> list[StepTiming]:
     return [
-        StepTiming(index=e.index, name=e.step, duration_ms=_ms(e.duration))
+        {"index": e.index, "name": e.step, "duration_ms": round(e.duration * 1000, 3)}
         for e in events
         if isinstance(e, StepSucceeded) and e.run_id == run_id
     ]
