@@ -23,9 +23,15 @@ class InvalidRequestMeta(AegisError, ValueError):
     """The request's ``_meta`` carries an unusable value; nothing ran."""
 
 
-def request_deadline(meta: Mapping[str, Any] | None, default_timeout: float | None) -> float:
-    """Absolute deadline on the loop clock: now + the shorter of `default_timeout` and the client's budget."""
-    now = anyio.current_time()
+def request_deadline(
+    meta: Mapping[str, Any] | None, default_timeout: float | None, now: float | None = None
+) -> float:
+    """Absolute deadline on the loop clock: now + the shorter of `default_timeout` and the client's budget.
+
+    `now` is the loop clock's reading when the request arrived, if the caller already took one.
+    """
+    if now is None:
+        now = anyio.current_time()
     deadline = math.inf if default_timeout is None else now + default_timeout
     raw = None if meta is None else meta.get(TIMEOUT_META_KEY)
     if raw is None:

@@ -55,11 +55,11 @@ class ToolSession:
 
 def unwrap_result(tool: str, result: CallToolResult) -> dict[str, Any]:
     """Plain data from a tool result; `ToolError` (with the text and structure) when it is an error."""
+    if result.structured_content is not None and not result.is_error:
+        return dict(result.structured_content)  # the text block only repeats it
     text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
     if result.is_error:
         raise ToolError(tool, text or "the tool reported an error", result.structured_content)
-    if result.structured_content is not None:
-        return dict(result.structured_content)
     try:
         parsed = json.loads(text)
     except ValueError:
