@@ -7,6 +7,10 @@ arguments built from the context *its own execute produced* and that stored resu
 the step is compensated in doubt, because its execute never returned); by default just the same
 idempotency key, so an undo tool can find an effect it was never told about. Works on any
 `ToolCaller`: the mock agency or a real server, in-process, over stdio or HTTP.
+
+A tool served by the Python SDK should type its key parameter ``str`` (``""`` for none), as the
+mock agency does: the SDK tries to parse every string sent for a parameter typed otherwise
+(``str | None``) as JSON, and a key fails that parse with an exception on every call.
 """
 
 from __future__ import annotations
