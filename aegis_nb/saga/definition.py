@@ -75,7 +75,10 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
     # Validation runs on every run, so each class is checked once per saga (sagas often repeat a
     # class many times), and the common saga, bare steps of classes with async methods and no
     # tuning attributes, is built in a few passes that run at C speed rather than entry by entry.
-    classes = {cls: _classify(cls) for cls in set(map(type, entries))}
+    types = set(map(type, entries))
+    if any(issubclass(cls, tuple) for cls in types):  # (step, args, kwargs) entries
+        return _normalize_entries(entries, {})
+    classes = {cls: _classify(cls) for cls in types}
     if all(kind is _StepClass.PLAIN for kind in classes.values()) and not _set_on_instances(
         entries, _OVERRIDABLE
     ):
@@ -101,14 +104,12 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
     for index, entry in enumerate(entries):
         if isinstance(entry, tuple):
             step, args, kwargs = _split_entry(index, entry)
-            cls = type(step)
-            kind = classes.get(cls)
-            if kind is None:
-                kind = classes[cls] = _classify(cls)
         else:
             step, args, kwargs = entry, _NO_ARGS, _NO_KWARGS
-            cls = type(step)
-            kind = classes[cls]
+        cls = type(step)
+        kind = classes.get(cls)
+        if kind is None:
+            kind = classes[cls] = _classify(cls)
         state = getattr(step, "__dict__", ())
         if kind is _StepClass.PLAIN and _OVERRIDABLE.isdisjoint(state):
             names.append(cls.__name__)
@@ -133,9 +134,9 @@ def _set_on_instances(steps: Sequence[Any], attributes: frozenset[str]) -> bool:
 
 def _make_unique(names: list[str]) -> None:
     """Give repeated names a ``#n`` suffix in place, so every lifeline and log line is unambiguous."""
-    counts = Counter(names)
-    if len(counts) == len(names):
+    if len(set(names)) == len(names):  # the usual case, and a set is far cheaper than a Counter
         return
+    counts = Counter(names)
     numbers = {name: count(1) for name, times in counts.items() if times > 1}
     names[:] = [name if name not in numbers else f"{name}#{next(numbers[name])}" for name in names]
 
@@ -145,12 +146,14 @@ _Options = tuple[Any, tuple[Any, ...], Mapping[str, Any], float | None, RetryPol
 
 _new_tuple = tuple.__new__
 _class_name = attrgetter("__name__")
+_is_str = str.__instancecheck__
 _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 
 _TUNING = ("name", "timeout", "compensation_retry", "in_doubt", "is_complete")
 _METHODS = frozenset(("execute", "compensate"))
 _OVERRIDABLE = _METHODS | frozenset(_TUNING)
+_TUNING_OR_DYNAMIC = frozenset((*_TUNING, "__getattr__"))
 
 
 def _resolve(
@@ -194,7 +197,7 @@ def _split_entry(index: int, entry: tuple[Any, ...]) -> tuple[Any, tuple[Any, ..
         raise SagaDefinitionError(
             f"saga entry {index} ({step_name(step)}): kwargs must be a mapping, got {type(kwargs).__name__}"
         )
-    if kwargs and not all(isinstance(key, str) for key in kwargs):
+    if kwargs and not all(map(_is_str, kwargs)):
         raise SagaDefinitionError(f"saga entry {index} ({step_name(step)}): kwargs keys must be str")
     return step, tuple(args), dict(kwargs)
 
@@ -210,7 +213,9 @@ class _StepClass(enum.Enum):
 def _classify(cls: type) -> _StepClass:
     if not (_is_async(getattr(cls, "execute", None)) and _is_async(getattr(cls, "compensate", None))):
         return _StepClass.UNCHECKED
-    if any(hasattr(cls, attr) for attr in _TUNING):
+    # Where an instance would find an option: its class's MRO (object defines none of them), or
+    # a __getattr__ that makes one up. Reading the dicts avoids hasattr's exception per miss.
+    if any(not _TUNING_OR_DYNAMIC.isdisjoint(vars(klass)) for klass in cls.__mro__[:-1]):
         return _StepClass.TUNED
     return _StepClass.PLAIN
 
