@@ -50,3 +50,18 @@ def test_a_bad_option_on_one_instance_of_a_plain_class_is_refused() -> None:
     bad.timeout = -1  # type: ignore[attr-defined]
     with pytest.raises(SagaDefinitionError, match=r"saga entry 1 \(Plain\): timeout must be a positive"):
         normalize_saga([Plain(), bad])
+
+
+def test_options_a_class_defines_or_makes_up_are_read() -> None:
+    class Tuned(Plain):
+        timeout = 3
+
+    class Dynamic(Plain):
+        def __getattr__(self, attribute: str) -> object:
+            if attribute == "in_doubt":
+                return True
+            raise AttributeError(attribute)
+
+    tuned, dynamic = normalize_saga([Tuned(), Dynamic()])
+    assert (tuned.timeout, tuned.in_doubt) == (3.0, False)
+    assert (dynamic.timeout, dynamic.in_doubt) == (None, True)
