@@ -31,7 +31,8 @@ class Recorded:
     """A step that stores `{name}_id` in the metadata and records every call.
 
     `fail` makes execute raise; `hang` makes it wait forever (for deadlines and cancellation);
-    `compensation_failures` makes the first N compensations raise.
+    `compensation_failures` makes the first N compensations raise; `compensation_hangs` makes
+    the first N wait forever, ignoring their deadline (only the engine's backstop ends them).
     """
 
     def __init__(
@@ -43,6 +44,7 @@ class Recorded:
         hang: bool = False,
         on_execute: Callable[[], None] | None = None,
         compensation_failures: int = 0,
+        compensation_hangs: int = 0,
         in_doubt: bool = False,
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
@@ -53,6 +55,7 @@ class Recorded:
         self.hang = hang
         self.on_execute = on_execute
         self.compensation_failures = compensation_failures
+        self.compensation_hangs = compensation_hangs
         self.in_doubt = in_doubt
         self.compensation_retry = retry
         self.timeout = timeout
@@ -71,6 +74,9 @@ class Recorded:
     async def compensate(self, ctx: AegisContext) -> None:
         self.calls.log.append(("compensate", self.name, ctx))
         await anyio.lowlevel.checkpoint()
+        if self.compensation_hangs > 0:
+            self.compensation_hangs -= 1
+            await anyio.sleep_forever()
         if self.compensation_failures > 0:
             self.compensation_failures -= 1
             raise Boom(f"{self.name} cannot be undone yet")

@@ -10,6 +10,7 @@ import pytest
 
 from aegis_nb import (
     AegisContext,
+    CompensationFailed,
     FailureKind,
     InMemoryJournal,
     RetryPolicy,
@@ -311,3 +312,56 @@ async def test_a_rolled_back_run_is_freed_with_its_error_not_left_to_the_garbage
         assert freed() is None
     finally:
         gc.enable()
+
+
+async def test_a_compensation_past_twice_its_budget_is_stopped_and_retried() -> None:
+    # A compensation that ignores its deadline is cut off by the engine's backstop (at most twice
+    # the budget), counted as a failed attempt, and retried; the rest of the rollback goes on.
+    calls, capture = Calls(), EventCapture()
+    steps = [
+        Recorded("flight", calls),
+        Recorded("hotel", calls, compensation_hangs=1),
+        Recorded("card", calls, fail="declined"),
+    ]
+    engine = WorkflowEngine(compensation_budget=0.02, compensation_retry=NO_WAIT, sinks=[capture])
+    with pytest.raises(SagaRolledBack) as raised:
+        await engine.execute_saga(steps)
+    assert capture.trail()[-8:] == [
+        ("StepFailed", "card"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationFailed", "hotel"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationSucceeded", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    failed = capture.events[-6]
+    assert isinstance(failed, CompensationFailed)
+    assert (failed.attempt, failed.will_retry, failed.error.type) == (1, True, "ToolTimeoutError")
+    assert 0.02 <= failed.duration < 1.0  # cut off by the backstop, not left hanging
+    assert [getattr(e, "attempt", None) for e in capture.events[-7:-1]] == [1, 1, 2, 2, 1, 1]
+    assert [str(s) for s in raised.value.report.compensated] == ["hotel", "flight"]
+
+
+async def test_a_compensation_past_its_budget_on_its_last_attempt_is_left_standing() -> None:
+    calls, capture = Calls(), EventCapture()
+    steps = [
+        Recorded("flight", calls),
+        Recorded("hotel", calls, compensation_hangs=1),
+        Recorded("card", calls, fail="declined"),
+    ]
+    engine = WorkflowEngine(compensation_budget=0.02, compensation_retry=RetryPolicy.never(), sinks=[capture])
+    with pytest.raises(SagaCompensationFailed) as raised:
+        await engine.execute_saga(steps)
+    assert capture.trail()[-6:] == [
+        ("StepFailed", "card"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationFailed", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaStuck",),
+    ]
+    report = raised.value.report
+    assert [str(s) for s in report.left_standing] == ["hotel"]
+    assert [str(s) for s in report.compensated] == ["flight"]

@@ -71,7 +71,7 @@ async def roll_back(
                 with guard:
                     await rollback.drain(guard)
             except ToolTimeoutError as exc:
-                rollback.retrying = await rollback.failed(exc, guard.started_at, None)
+                await rollback.failed(exc, guard.started_at, None)
     return RollbackResult(tuple(rollback.compensated), tuple(rollback.failures))
 
 
@@ -89,7 +89,6 @@ class _Rollback:
         "in_hand",
         "pending",
         "recorder",
-        "retrying",
     )
 
     def __init__(
@@ -102,10 +101,10 @@ class _Rollback:
         self.recorder = recorder
         self.pending = iter(owed)
         self.done = False
-        # The compensation being attempted, recorded only when an attempt fails (a backstop can
-        # interrupt `drain`, which then resumes with it if `retrying`).
+        # A compensation whose attempt failed and which is still owed: recorded only when an
+        # attempt fails, cleared once it succeeds or is given up on. A backstop that fires ends
+        # `drain`, which resumes with it.
         self.in_hand: tuple[StepSpec, AegisContext] | None = None
-        self.retrying = False
         self.default_retry = default_retry
         self.budget = budget
         self.compensated: list[StepRef] = []
@@ -121,7 +120,7 @@ class _Rollback:
         # attempt (or a detached sink, or a backstop re-armed once per budget).
         backstop, sinks = guard.deadline, recorder.sinks
         owed: Iterable[tuple[StepSpec, AegisContext]] = self.pending
-        if self.retrying and self.in_hand is not None:
+        if self.in_hand is not None:
             owed = chain([self.in_hand], owed)
         now = clock()
         for spec, snapshot in owed:
@@ -177,7 +176,7 @@ class _Rollback:
                         sinks = recorder.detach(sink, event)
                 compensated.append(_new_step_ref(index, name))
                 if attempt != 1:
-                    self.attempt_number, self.delays = 1, None
+                    self.attempt_number, self.delays, self.in_hand = 1, None, None
                 break
             # Nothing awaits from here to the next compensation's start: `now` serves both.
         self.done = True
@@ -203,7 +202,7 @@ class _Rollback:
             will_retry,
         )
         if not will_retry:
-            self.attempt_number, self.delays = 1, None
+            self.attempt_number, self.delays, self.in_hand = 1, None, None
             self.failures.append(CompensationFailure(StepRef(spec.index, spec.name), attempt, error))
             return False
         if self.delays is None:

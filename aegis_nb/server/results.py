@@ -151,7 +151,7 @@ def error_result(text: str) -> CallToolResult:
 
 def _timings(events: Sequence[SagaEvent], run_id: str) -> list[StepTiming]:
     return [
-        {"index": e.index, "name": e.step, "duration_ms": round(e.duration * 1000, 3)}
+        {"index": e.index, "name": e.step, "duration_ms": _ms(e.duration)}
         for e in events
         if isinstance(e, StepSucceeded) and e.run_id == run_id
     ]
