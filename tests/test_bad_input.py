@@ -181,6 +181,36 @@ async def test_a_sink_that_raises_is_detached_and_logged_and_the_saga_goes_on(
     ]
 
 
+async def test_a_sink_object_that_raises_is_detached_from_everywhere_it_was_subscribed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken:
+        """A sink object: the engine calls its class's __call__, bound once per run."""
+
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def __call__(self, event: object) -> None:
+            self.seen.append(type(event).__name__)
+            if len(self.seen) == 2:
+                raise RuntimeError("sink bug")
+
+        def __repr__(self) -> str:
+            return "<Broken sink>"
+
+    broken, capture = Broken(), EventCapture()
+    engine = WorkflowEngine(sinks=[broken])
+    with caplog.at_level(logging.ERROR, logger="aegis_nb.saga"):
+        await engine.execute_saga([flight(Calls())], sinks=[broken, capture])
+        await engine.execute_saga([flight(Calls())], sinks=[capture])
+    # Subscribed twice, called twice for SagaStarted; the second call raised and both went.
+    assert broken.seen == ["SagaStarted", "SagaStarted"]
+    assert len(capture) == 8
+    assert [r.getMessage() for r in caplog.records] == [
+        "event sink <Broken sink> raised on SagaStarted and was detached; the saga goes on"
+    ]
+
+
 async def test_non_json_metadata_from_a_step_fails_that_step() -> None:
     calls = Calls()
 

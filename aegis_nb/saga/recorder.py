@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from types import BuiltinFunctionType, FunctionType, MethodType
 from typing import Any, Protocol
 
 from aegis_nb.kernel.clock import Clock
@@ -54,7 +56,7 @@ class SinkSet:
 class RunRecorder:
     """Builds each event with the run id, the next sequence number and the clock time."""
 
-    __slots__ = ("clock", "events", "journal", "run_id", "sink_sets", "sinks")
+    __slots__ = ("_subscribed", "clock", "events", "journal", "run_id", "sink_sets", "sinks")
 
     def __init__(
         self, run_id: str, clock: Clock, journal: Journal | None, sink_sets: tuple[SinkSet, ...]
@@ -64,8 +66,10 @@ class RunRecorder:
         self.journal = journal
         self.events: list[SagaEvent] = []
         self.sink_sets = sink_sets
-        # Flattened once per run: publishing is on the hot path, two events per step.
-        self.sinks = tuple(sink for origin in sink_sets for sink in origin._sinks)
+        # Flattened and bound once per run: publishing is on the hot path, two events per step.
+        # `sinks[i]` calls `_subscribed[i]`, the sink as it was subscribed.
+        self._subscribed = tuple(sink for origin in sink_sets for sink in origin._sinks)
+        self.sinks = tuple(map(direct_call, self._subscribed))
 
     async def emit(self, event_type: type[SagaEvent], *fields: Any) -> SagaEvent:
         """Create ``event_type(run_id, seq, time, *fields)``, journal it, then publish it."""
@@ -89,12 +93,35 @@ class RunRecorder:
 
         Returns the sinks left, for publishers that hold them in a local.
         """
-        self.sinks = tuple([s for s in self.sinks if s is not sink])
+        pairs = list(zip(self.sinks, self._subscribed, strict=True))
+        subscribed = next(original for call, original in pairs if call is sink)
+        kept = [(call, original) for call, original in pairs if original is not subscribed]
+        self.sinks = tuple(call for call, _ in kept)
+        self._subscribed = tuple(original for _, original in kept)
         for origin in self.sink_sets:
-            origin.discard(sink)
+            origin.discard(subscribed)
         logger.exception(
             "event sink %r raised on %s and was detached; the saga goes on",
-            sink,
+            subscribed,
             type(event).__name__,
         )
         return self.sinks
+
+
+def direct_call(sink: Sink) -> Sink:
+    """`sink`, or its class's ``__call__`` bound to it: the same call without a lookup each time.
+
+    Calling an instance finds ``type(sink).__call__`` on every call, which costs more than a cheap
+    sink's whole work (`EventCapture`'s call is ``list.append``); functions and bound methods are
+    already direct.
+    """
+    if isinstance(sink, _DIRECT):
+        return sink
+    cls = type(sink)
+    call = next((vars(klass)["__call__"] for klass in cls.__mro__ if "__call__" in vars(klass)), None)
+    bind = getattr(call, "__get__", None)
+    bound: Sink = sink if bind is None else bind(sink, cls)
+    return bound
+
+
+_DIRECT = (FunctionType, BuiltinFunctionType, MethodType, partial)
