@@ -23,7 +23,7 @@ from aegis_nb import (
     ToolTimeoutError,
     WorkflowEngine,
 )
-from aegis_nb.saga import fold_report
+from aegis_nb.saga import CompensationStarted, SagaEvent, fold_report
 from aegis_nb.testing import EventCapture
 from tests.steps import Boom, Calls, Recorded
 
@@ -341,6 +341,42 @@ async def test_a_compensation_past_twice_its_budget_is_stopped_and_retried() -> 
     assert (failed.attempt, failed.will_retry, failed.error.type) == (1, True, "ToolTimeoutError")
     assert 0.02 <= failed.duration < 1.0  # cut off by the backstop, not left hanging
     assert [getattr(e, "attempt", None) for e in capture.events[-7:-1]] == [1, 1, 2, 2, 1, 1]
+    assert [str(s) for s in raised.value.report.compensated] == ["hotel", "flight"]
+
+
+async def test_a_journal_write_that_hangs_mid_rollback_is_cut_off_and_the_compensation_retried() -> None:
+    class StallsOnce(InMemoryJournal):
+        """Hangs on the first journal write of the hotel's compensation, then writes normally."""
+
+        stalled = False
+
+        async def append(self, event: SagaEvent) -> None:
+            if isinstance(event, CompensationStarted) and event.step == "hotel" and not self.stalled:
+                self.stalled = True
+                await anyio.sleep_forever()
+            await super().append(event)
+
+    calls, capture, journal = Calls(), EventCapture(), StallsOnce()
+    steps = [Recorded("flight", calls), Recorded("hotel", calls), Recorded("card", calls, fail="declined")]
+    engine = WorkflowEngine(
+        compensation_budget=0.02, compensation_retry=NO_WAIT, journal=journal, sinks=[capture]
+    )
+    with pytest.raises(SagaRolledBack) as raised:
+        await engine.execute_saga(steps)
+    # The stalled write's event was never published; its attempt is recorded as failed, retried.
+    assert capture.trail()[-7:] == [
+        ("StepFailed", "card"),
+        ("CompensationFailed", "hotel"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationSucceeded", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    failed = capture.events[-6]
+    assert isinstance(failed, CompensationFailed)
+    assert (failed.attempt, failed.will_retry, failed.error.type) == (1, True, "ToolTimeoutError")
+    assert calls.trail()[-2:] == [("compensate", "hotel"), ("compensate", "flight")]
     assert [str(s) for s in raised.value.report.compensated] == ["hotel", "flight"]
 
 

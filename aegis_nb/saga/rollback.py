@@ -126,58 +126,62 @@ class _Rollback:
         for spec, snapshot in owed:
             index, name, step, args, kwargs, _, _, _ = spec
             attempt = self.attempt_number
-            while True:
-                guard.step = name
-                guard.started_at = now
-                if backstop < now + budget:
-                    guard.deadline = backstop = now + 2 * budget
-                ctx = snapshot._with_budget(now + budget)
-                # recorder.emit and .publish, inlined: a long rollback is two events per step,
-                # like the forward phase.
-                event: SagaEvent = _new_started(run_id, len(events), now, index, name, attempt)
-                if journal is not None:
-                    await journal.append(event)
-                events.append(event)
-                for sink in sinks:
+            try:
+                while True:
+                    started = now
+                    if backstop < now + budget:
+                        guard.deadline = backstop = now + 2 * budget
+                    ctx = snapshot._with_budget(now + budget)
+                    # recorder.emit and .publish, inlined: a long rollback is two events per step,
+                    # like the forward phase.
+                    event: SagaEvent = _new_started(run_id, len(events), now, index, name, attempt)
+                    if journal is not None:
+                        await journal.append(event)
+                    events.append(event)
+                    for sink in sinks:
+                        try:
+                            sink(event)
+                        except Exception:
+                            sinks = recorder.detach(sink, event)
                     try:
-                        sink(event)
-                    except Exception:
-                        sinks = recorder.detach(sink, event)
-                try:
-                    if args or kwargs:
-                        await step.compensate(ctx, *args, **kwargs)
-                    else:  # unpacking empty args costs as much as the rest of the call
-                        await step.compensate(ctx)
-                except Exception as exc:
-                    self.in_hand = spec, snapshot
-                    retry = await self.failed(exc, now, guard)
-                    backstop, sinks, attempt, now = (
-                        guard.deadline,
-                        recorder.sinks,
-                        self.attempt_number,
-                        clock(),
-                    )
-                    if retry:
-                        continue
-                    break
-                except BaseException:  # the backstop fired: roll_back decides whether to retry
-                    self.in_hand = spec, snapshot
-                    raise
-                now = clock()
-                event = _new_succeeded(run_id, len(events), now, index, name, attempt, now - guard.started_at)
-                if journal is not None:
-                    await journal.append(event)
+                        if args or kwargs:
+                            await step.compensate(ctx, *args, **kwargs)
+                        else:  # unpacking empty args costs as much as the rest of the call
+                            await step.compensate(ctx)
+                    except Exception as exc:
+                        self.in_hand = spec, snapshot
+                        retry = await self.failed(exc, now, guard)
+                        backstop, sinks, attempt, now = (
+                            guard.deadline,
+                            recorder.sinks,
+                            self.attempt_number,
+                            clock(),
+                        )
+                        if retry:
+                            continue
+                        break
                     now = clock()
-                events.append(event)
-                for sink in sinks:
-                    try:
-                        sink(event)
-                    except Exception:
-                        sinks = recorder.detach(sink, event)
-                compensated.append(_new_step_ref(index, name))
-                if attempt != 1:
-                    self.attempt_number, self.delays, self.in_hand = 1, None, None
-                break
+                    event = _new_succeeded(run_id, len(events), now, index, name, attempt, now - started)
+                    if journal is not None:
+                        await journal.append(event)
+                        now = clock()
+                    events.append(event)
+                    for sink in sinks:
+                        try:
+                            sink(event)
+                        except Exception:
+                            sinks = recorder.detach(sink, event)
+                    compensated.append(_new_step_ref(index, name))
+                    if attempt != 1:
+                        self.attempt_number, self.delays, self.in_hand = 1, None, None
+                    break
+            except BaseException:
+                # The backstop fired (or a journal write failed) mid-attempt. The guard learns only
+                # now which attempt it cut off, which spares two writes per compensation; roll_back
+                # records the attempt as failed and resumes with it.
+                self.in_hand = spec, snapshot
+                guard.step, guard.started_at = name, started
+                raise
             # Nothing awaits from here to the next compensation's start: `now` serves both.
         self.done = True
 
