@@ -253,7 +253,7 @@ def test_model_of_compensation_failure_marks_the_step_left_standing() -> None:
     assert model.status is SagaStatus.STUCK
     assert model.lanes == (LaneState.STUCK, LaneState.COMPENSATED, LaneState.FAILED)
     assert model.report is not None
-    assert [str(step) for step in model.report.left_standing] == ["BookFlight"]
+    assert list(model.report.left_standing) == ["BookFlight"]
 
 
 def test_model_while_rolling_back() -> None:

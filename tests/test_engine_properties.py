@@ -144,8 +144,9 @@ def check(
         assert isinstance(outcome, SagaCompensationFailed if stuck else SagaRolledBack)
         assert isinstance(outcome.__cause__, ToolTimeoutError if plan.fate is Fate.TIME_OUT else Boom)
         assert outcome.report == fold_report(capture.events)
-        assert [s.index for s in outcome.report.left_standing] == stuck
-        assert [s.index for s in outcome.report.compensated] == [i for i in owed if i not in stuck]
+        position = outcome.report.steps.index
+        assert [position(name) for name in outcome.report.left_standing] == stuck
+        assert [position(name) for name in outcome.report.compensated] == [i for i in owed if i not in stuck]
 
     # Events: numbered 0..n-1, one start, one final, and each transition in a legal order.
     events = capture.events

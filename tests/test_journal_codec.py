@@ -16,7 +16,6 @@ from aegis_nb.kernel.report import (
     FailureKind,
     SagaReport,
     SagaStatus,
-    StepRef,
 )
 from aegis_nb.kernel.values import FrozenDict
 from aegis_nb.saga.durable.codec import (
@@ -100,12 +99,12 @@ REPORT = SagaReport(
     saga="trip",
     status=SagaStatus.STUCK,
     steps=("A", "B"),
-    succeeded=(StepRef(0, "A"),),
-    failed_step=StepRef(1, "B"),
+    succeeded=("A",),
+    failed_step="B",
     failure_kind=FailureKind.TIMEOUT,
     cause=ErrorInfo("ToolTimeoutError", "too slow"),
     compensated=(),
-    compensation_failures=(CompensationFailure(StepRef(0, "A"), 3, ErrorInfo("OSError", "down")),),
+    compensation_failures=(CompensationFailure("A", 3, ErrorInfo("OSError", "down")),),
 )
 
 

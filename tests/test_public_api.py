@@ -53,7 +53,6 @@ PUBLIC_API = [
     "Step",
     "StepFailed",
     "StepNotRecoverable",
-    "StepRef",
     "StepResultError",
     "StepStarted",
     "StepSucceeded",

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aegis_nb import AegisContext, RetryPolicy, WorkflowEngine
-from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus, StepRef
+from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
 from aegis_nb.saga.definition import SagaEntry
 from aegis_nb.saga.durable import SqliteJournal, read_run, read_runs
 from aegis_nb.saga.durable.recovery import CRASH
@@ -114,9 +114,9 @@ async def test_crash_before_a_step_outcome_is_recorded_undoes_the_in_doubt_step(
     ]
     (run,) = recovered
     assert run.report.status is SagaStatus.ROLLED_BACK
-    assert run.report.failed_step == StepRef(1, "B")
+    assert run.report.failed_step == "B"
     assert (run.report.failure_kind, run.report.cause) == (FailureKind.INTERRUPTED, CRASH)
-    assert run.report.compensated == (StepRef(1, "B"), StepRef(0, "A"))
+    assert run.report.compensated == ("B", "A")
     assert world.live == {}
     assert world.undos == {f"{RUN}/0": 1, f"{RUN}/1": 1}
 
@@ -197,7 +197,7 @@ async def test_crash_after_the_last_compensation_only_marks_the_run(tmp_path: Pa
         ("SagaCompensated",),
     ]
     assert sum(isinstance(e, CompensationSucceeded) for e in events) == 2
-    assert run.report.compensated == (StepRef(1, "B"), StepRef(0, "A"))
+    assert run.report.compensated == ("B", "A")
     assert run.report.cause == ErrorInfo("RuntimeError", "C failed")
     assert world.undo_calls == {f"{RUN}/1": 1, f"{RUN}/0": 1}
 
@@ -211,8 +211,8 @@ async def test_crash_before_the_commit_is_recorded_rolls_back(tmp_path: Path) ->
     # 6 StepSucceeded C rides along with 7 SagaCommitted: the crash takes both; C was in doubt.
     world, _, _, (run,) = await crash_then_recover(path, doubtful_last, 7)
     assert run.report.status is SagaStatus.ROLLED_BACK
-    assert run.report.failed_step == StepRef(2, "C")
-    assert run.report.compensated == (StepRef(2, "C"), StepRef(1, "B"), StepRef(0, "A"))
+    assert run.report.failed_step == "C"
+    assert run.report.compensated == ("C", "B", "A")
     assert world.live == {}
 
 
@@ -237,7 +237,7 @@ async def test_crash_while_retrying_a_compensation_ends_stuck_not_rolled_back(tm
     # 6 is A's first failed compensation attempt (will retry); the crash comes before it is written.
     world, _, _, (run,) = await crash_then_recover(path, stuck, 6)
     assert run.report.status is SagaStatus.STUCK
-    assert run.report.left_standing == (StepRef(0, "A"),)
+    assert run.report.left_standing == ("A",)
     assert isinstance(read_run(path, RUN).events[-1], SagaStuck)
     assert world.live == {f"{RUN}/0": "A:a"}
 

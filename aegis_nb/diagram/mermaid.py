@@ -46,7 +46,9 @@ def render_mermaid(model: SequenceModel) -> str:
         if model.rollback_at >= len(model.messages):
             lines += _open_rollback()
         if model.status is SagaStatus.STUCK and model.report is not None:
-            standing = ", ".join(f"S{step.index + 1}" for step in model.report.left_standing)
+            standing = ", ".join(
+                f"S{model.report.steps.index(name) + 1}" for name in model.report.left_standing
+            )
             lines.append(f"        Note over E: Stuck - not undone {text(standing)}")
         lines.append("    end")
     return "\n".join(lines) + "\n"

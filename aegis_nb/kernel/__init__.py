@@ -18,7 +18,6 @@ from aegis_nb.kernel.report import (
     FailureKind,
     SagaReport,
     SagaStatus,
-    StepRef,
 )
 from aegis_nb.kernel.values import FrozenDict, Secret
 
@@ -37,7 +36,6 @@ __all__ = [
     "SagaRolledBack",
     "SagaStatus",
     "Secret",
-    "StepRef",
     "StepResultError",
     "ToolError",
     "ToolExecutor",

@@ -1,7 +1,9 @@
-"""What a saga run did, as plain immutable values: statuses, step references and the failure report.
+"""What a saga run did, as plain immutable values: statuses and the failure report.
 
-The report travels with the saga errors, the MCP result and the journal, so it holds only names,
-positions and scrubbed error text, never contexts or exception objects.
+The report travels with the saga errors, the MCP result and the journal, so it holds only step
+names and scrubbed error text, never contexts or exception objects. A step is named by its display
+name, which the engine makes unique within a run (``Reserve``, ``Reserve#2``); its position is
+``report.steps.index(name)``.
 """
 
 from __future__ import annotations
@@ -9,8 +11,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from aegis_nb.kernel.records import record
 
 
 class SagaStatus(enum.Enum):
@@ -36,17 +36,6 @@ class FailureKind(enum.Enum):
     INTERRUPTED = "interrupted"
 
 
-@record
-class StepRef:
-    """A step by position and display name (names repeat; positions do not)."""
-
-    index: int
-    name: str
-
-    def __str__(self) -> str:
-        return self.name
-
-
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
     """An exception reduced to its type name and (secret-scrubbed) message."""
@@ -66,7 +55,7 @@ class ErrorInfo:
 class CompensationFailure:
     """A step whose compensation still failed after every retry: it was left standing."""
 
-    step: StepRef
+    step: str
     attempts: int
     error: ErrorInfo
 
@@ -79,15 +68,15 @@ class SagaReport:
     saga: str
     status: SagaStatus
     steps: tuple[str, ...]
-    succeeded: tuple[StepRef, ...] = ()
-    failed_step: StepRef | None = None
+    succeeded: tuple[str, ...] = ()
+    failed_step: str | None = None
     failure_kind: FailureKind | None = None
     cause: ErrorInfo | None = None
-    compensated: tuple[StepRef, ...] = ()
+    compensated: tuple[str, ...] = ()
     compensation_failures: tuple[CompensationFailure, ...] = ()
 
     @property
-    def left_standing(self) -> tuple[StepRef, ...]:
+    def left_standing(self) -> tuple[str, ...]:
         """Steps whose effects could not be undone."""
         return tuple(failure.step for failure in self.compensation_failures)
 
@@ -96,7 +85,7 @@ class SagaReport:
         if self.status is SagaStatus.COMMITTED:
             return f"committed: {', '.join(self.steps)}"
         reason = str(self.cause) if self.cause is not None else "failed"
-        undone = ", ".join([step.name for step in self.compensated]) or "nothing to undo"
+        undone = ", ".join(self.compensated) or "nothing to undo"
         if not self.compensation_failures:
             return f"{reason} — rolled back: {undone}"
         standing = "; ".join(
@@ -106,10 +95,15 @@ class SagaReport:
         return f"{reason} — could not undo: {standing} — rolled back: {undone}"
 
     def to_json(self) -> dict[str, object]:
-        """The report as JSON data (for MCP structured content and journals)."""
+        """The report as JSON data (for MCP structured content and journals).
 
-        def ref(step: StepRef | None) -> dict[str, object] | None:
-            return None if step is None else {"index": step.index, "name": step.name}
+        Steps appear as ``{"index": position, "name": name}``, for clients that want the position
+        without looking it up in ``steps``.
+        """
+        positions = {name: index for index, name in enumerate(self.steps)}
+
+        def ref(step: str | None) -> dict[str, object] | None:
+            return None if step is None else {"index": positions.get(step), "name": step}
 
         def err(info: ErrorInfo | None) -> dict[str, str] | None:
             return None if info is None else {"type": info.type, "message": info.message}

@@ -323,7 +323,7 @@ class _Watch:
             scenario=scenario,
             status=run.status,
             steps=tuple(outcomes),
-            compensated=tuple(step.name for step in run.report.compensated),
+            compensated=run.report.compensated,
             ledger=ledger,
             run=run,
         )

@@ -40,7 +40,6 @@ from aegis_nb.kernel.report import (
     FailureKind,
     SagaReport,
     SagaStatus,
-    StepRef,
 )
 from aegis_nb.saga.definition import StepSpec, normalize_saga
 from aegis_nb.saga.events import (
@@ -61,7 +60,6 @@ from aegis_nb.saga.rollback import roll_back
 
 _new_step_started = builder(StepStarted)
 _new_step_succeeded = builder(StepSucceeded)
-_new_step_ref = builder(StepRef)
 
 saga_name: ContextVar[str] = ContextVar("aegis_saga_name", default="saga")
 """The name runs get when `run_saga` is not given one; a workflow server sets it per request."""
@@ -351,7 +349,7 @@ class _Forward:
         failed: StepSpec | None = None,
         kind: FailureKind | None = None,
         cause: ErrorInfo | None = None,
-        compensated: tuple[StepRef, ...] = (),
+        compensated: tuple[str, ...] = (),
         failures: tuple[CompensationFailure, ...] = (),
     ) -> SagaReport:
         return SagaReport(
@@ -359,23 +357,13 @@ class _Forward:
             saga=self.saga,
             status=status,
             steps=self.step_names,
-            succeeded=self._succeeded(compensated, failures),
-            failed_step=None if failed is None else StepRef(failed.index, failed.name),
+            succeeded=self.step_names[: len(self.snapshots)],
+            failed_step=None if failed is None else failed.name,
             failure_kind=kind,
             cause=cause,
             compensated=compensated,
             compensation_failures=failures,
         )
-
-    def _succeeded(
-        self, compensated: tuple[StepRef, ...], failures: tuple[CompensationFailure, ...]
-    ) -> tuple[StepRef, ...]:
-        completed = len(self.snapshots)
-        if not failures and len(compensated) == completed:
-            # Each completed step was undone once, newest first, and nothing else was (an in-doubt
-            # step would make one more): the same references, oldest first.
-            return compensated[::-1]
-        return tuple([_new_step_ref(s.index, s.name) for s in self.specs[:completed]])
 
 
 def _classify(exc: BaseException) -> FailureKind:

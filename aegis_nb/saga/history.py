@@ -10,7 +10,6 @@ from aegis_nb.kernel.report import (
     FailureKind,
     SagaReport,
     SagaStatus,
-    StepRef,
 )
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
@@ -32,35 +31,29 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
     run_id, saga = "", ""
     steps: tuple[str, ...] = ()
     status = SagaStatus.RUNNING
-    succeeded: list[StepRef] = []
-    failed: StepRef | None = None
+    succeeded: list[str] = []
+    failed: str | None = None
     kind: FailureKind | None = None
     cause: ErrorInfo | None = None
-    compensated: list[StepRef] = []
+    compensated: list[str] = []
     failures: list[CompensationFailure] = []
     for event in events:
         match event:
             case SagaStarted():
                 run_id, saga, steps = event.run_id, event.saga, event.steps
             case StepSucceeded():
-                succeeded.append(StepRef(event.index, event.step))
+                succeeded.append(event.step)
             case StepFailed():
-                failed, kind, cause = StepRef(event.index, event.step), event.kind, event.error
+                failed, kind, cause = event.step, event.kind, event.error
                 status = SagaStatus.COMPENSATING
             case StepTimedOut():
-                failed, kind, cause = (
-                    StepRef(event.index, event.step),
-                    FailureKind.TIMEOUT,
-                    event.error,
-                )
+                failed, kind, cause = event.step, FailureKind.TIMEOUT, event.error
                 status = SagaStatus.COMPENSATING
             case CompensationSucceeded():
-                compensated.append(StepRef(event.index, event.step))
+                compensated.append(event.step)
                 status = SagaStatus.COMPENSATING
             case CompensationFailed(will_retry=False):
-                failures.append(
-                    CompensationFailure(StepRef(event.index, event.step), event.attempt, event.error)
-                )
+                failures.append(CompensationFailure(event.step, event.attempt, event.error))
             case SagaCommitted():
                 status = SagaStatus.COMMITTED
             case SagaCompensated() | SagaStuck():

@@ -22,7 +22,7 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.executor import DeadlineGuard
 from aegis_nb.kernel.records import builder
-from aegis_nb.kernel.report import CompensationFailure, ErrorInfo, StepRef
+from aegis_nb.kernel.report import CompensationFailure, ErrorInfo
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -35,7 +35,6 @@ from aegis_nb.saga.retry import RetryPolicy
 
 _new_started = builder(CompensationStarted)
 _new_succeeded = builder(CompensationSucceeded)
-_new_step_ref = builder(StepRef)
 
 
 class OwedCompensation(NamedTuple):
@@ -50,7 +49,7 @@ class OwedCompensation(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RollbackResult:
-    compensated: tuple[StepRef, ...]
+    compensated: tuple[str, ...]
     failures: tuple[CompensationFailure, ...]
 
 
@@ -107,7 +106,7 @@ class _Rollback:
         self.in_hand: tuple[StepSpec, AegisContext] | None = None
         self.default_retry = default_retry
         self.budget = budget
-        self.compensated: list[StepRef] = []
+        self.compensated: list[str] = []
         self.failures: list[CompensationFailure] = []
         self.attempt_number = 1
         self.delays: Iterator[float] | None = None
@@ -171,7 +170,7 @@ class _Rollback:
                             sink(event)
                         except Exception:
                             sinks = recorder.detach(sink, event)
-                    compensated.append(_new_step_ref(index, name))
+                    compensated.append(name)
                     if attempt != 1:
                         self.attempt_number, self.delays, self.in_hand = 1, None, None
                     break
@@ -207,7 +206,7 @@ class _Rollback:
         )
         if not will_retry:
             self.attempt_number, self.delays, self.in_hand = 1, None, None
-            self.failures.append(CompensationFailure(StepRef(spec.index, spec.name), attempt, error))
+            self.failures.append(CompensationFailure(spec.name, attempt, error))
             return False
         if self.delays is None:
             self.delays = policy.delays()

@@ -134,7 +134,9 @@ def failed_result(
         duration_ms=_ms(duration),
         report={
             **report.to_json(),
-            "left_standing": [{"index": s.index, "name": s.name} for s in report.left_standing],
+            "left_standing": [
+                {"index": report.steps.index(name), "name": name} for name in report.left_standing
+            ],
         },
     )
     return CallToolResult(

@@ -25,7 +25,6 @@ from aegis_nb.kernel.report import (
     FailureKind,
     SagaReport,
     SagaStatus,
-    StepRef,
 )
 from aegis_nb.kernel.values import REDACTED, FrozenDict, Secret
 from aegis_nb.saga.events import EVENT_TYPES, SagaEvent
@@ -207,9 +206,9 @@ def report_from_json(data: object) -> SagaReport:
         raise RecordError(f"report: {exc}") from None
 
 
-def _ref(data: object) -> StepRef:
-    obj = _object(data, "step reference")
-    return StepRef(_int(obj.get("index"), "step index"), _str(obj.get("name"), "step name"))
+def _ref(data: object) -> str:
+    """A step's name from its ``{"index", "name"}`` reference (the index is for readers)."""
+    return _str(_object(data, "step reference").get("name"), "step name")
 
 
 def _error(data: object) -> ErrorInfo:

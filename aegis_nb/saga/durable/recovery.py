@@ -31,7 +31,6 @@ from aegis_nb.kernel.report import (
     FailureKind,
     SagaReport,
     SagaStatus,
-    StepRef,
 )
 from aegis_nb.saga.definition import StepSpec, normalize_saga
 from aegis_nb.saga.durable.errors import JournalError
@@ -89,17 +88,20 @@ class RecoveryIncomplete(JournalError):
 
 @record
 class RecoveryPlan:
-    """What recovery will do with one run, decided from its events and step records alone."""
+    """What recovery will do with one run, decided from its events and step records alone.
+
+    Steps are named as in `SagaReport`; `steps` holds them in order.
+    """
 
     run_id: str
     saga: str
     steps: tuple[str, ...]
-    succeeded: tuple[StepRef, ...]
-    interrupted: StepRef | None
-    failed: StepRef | None
+    succeeded: tuple[str, ...]
+    interrupted: str | None
+    failed: str | None
     kind: FailureKind
     cause: ErrorInfo
-    compensated: tuple[StepRef, ...]
+    compensated: tuple[str, ...]
     given_up: tuple[CompensationFailure, ...]
     owed: tuple[tuple[StepRecord, AegisContext], ...]
 
@@ -110,9 +112,9 @@ def plan_recovery(run: JournaledRun) -> RecoveryPlan:
     initial: AegisContext | None = None
     snapshots: dict[int, AegisContext] = {}
     started: set[int] = set()
-    failed: StepRef | None = None
+    failed: int | None = None
     kind, cause = FailureKind.INTERRUPTED, CRASH
-    compensated: list[StepRef] = []
+    compensated: dict[int, str] = {}  # in the order they were undone
     given_up: dict[int, CompensationFailure] = {}
     for event in run.events:
         match event:
@@ -123,42 +125,38 @@ def plan_recovery(run: JournaledRun) -> RecoveryPlan:
             case StepSucceeded():
                 snapshots[event.index] = event.context
             case StepFailed() | StepTimedOut():
-                failed = StepRef(event.index, event.step)
+                failed = event.index
                 if isinstance(event, StepFailed):
                     kind, cause = event.kind, event.error
                 else:
                     kind, cause = FailureKind.TIMEOUT, event.error
             case CompensationSucceeded():
-                compensated.append(StepRef(event.index, event.step))
+                compensated[event.index] = event.step
             case CompensationFailed(will_retry=False):
-                given_up[event.index] = CompensationFailure(
-                    StepRef(event.index, event.step), event.attempt, event.error
-                )
-    in_flight = sorted(started - set(snapshots) - ({failed.index} if failed else set()))
-    interrupted = None
-    if in_flight and failed is None:
-        index = in_flight[-1]
-        interrupted = StepRef(index, run.steps[index].name)
-    done = {ref.index for ref in compensated} | set(given_up)
+                given_up[event.index] = CompensationFailure(event.step, event.attempt, event.error)
+    in_flight = sorted(started - set(snapshots) - ({failed} if failed is not None else set()))
+    interrupted = in_flight[-1] if in_flight and failed is None else None
+    done = set(compensated) | set(given_up)
     owed: list[tuple[StepRecord, AegisContext]] = []
-    doubtful = failed or interrupted
-    if doubtful is not None and run.steps[doubtful.index].in_doubt and doubtful.index not in done:
-        before = snapshots.get(doubtful.index - 1, initial)
+    doubtful = failed if failed is not None else interrupted
+    if doubtful is not None and run.steps[doubtful].in_doubt and doubtful not in done:
+        before = snapshots.get(doubtful - 1, initial)
         if before is not None:
-            owed.append((run.steps[doubtful.index], before._for_step(run_id, doubtful.index)))
+            owed.append((run.steps[doubtful], before._for_step(run_id, doubtful)))
     for index in sorted(snapshots, reverse=True):
         if index not in done:
             owed.append((run.steps[index], snapshots[index]))
+    names = tuple(s.name for s in run.steps)
     return RecoveryPlan(
         run_id=run_id,
         saga=run.saga,
-        steps=tuple(s.name for s in run.steps),
-        succeeded=tuple(StepRef(i, run.steps[i].name) for i in sorted(snapshots)),
-        interrupted=interrupted,
-        failed=failed or interrupted,
+        steps=names,
+        succeeded=tuple(names[i] for i in sorted(snapshots)),
+        interrupted=None if interrupted is None else names[interrupted],
+        failed=names[doubtful] if doubtful is not None else None,
         kind=kind,
         cause=cause,
-        compensated=tuple(compensated),
+        compensated=tuple(compensated.values()),
         given_up=tuple(given_up.values()),
         owed=tuple(owed),
     )
@@ -245,8 +243,8 @@ async def _finish(
     recorder.events.extend(run.events)
     with anyio.CancelScope(shield=True):
         if plan.interrupted is not None:
-            ref = plan.interrupted
-            await recorder.emit(StepFailed, ref.index, ref.name, 0.0, FailureKind.INTERRUPTED, CRASH)
+            index = plan.steps.index(plan.interrupted)
+            await recorder.emit(StepFailed, index, plan.interrupted, 0.0, FailureKind.INTERRUPTED, CRASH)
         owed = [OwedCompensation(spec, ctx) for spec, (_, ctx) in zip(specs, plan.owed, strict=True)]
         result = await roll_back(recorder, owed, default_retry=default_retry, budget=budget)
         failures = (*plan.given_up, *result.failures)
