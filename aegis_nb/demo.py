@@ -70,7 +70,11 @@ async def run_scenario(number: int, title: str, faults: FaultPlan, deadline_ms: 
             meta=None if deadline_ms is None else cast(RequestParamsMeta, {TIMEOUT_META_KEY: deadline_ms}),
         )
         outcome = result.structured_content or {}
-        print(f"result ({'error' if result.is_error else 'ok'}): {outcome.get('summary')}")
+        if result.is_error:
+            print(f"result (error): {outcome.get('summary')}")
+        else:
+            steps = ", ".join(step["name"] for step in outcome.get("steps", []))
+            print(f"result (ok): committed: {steps}")
         ledger = await client.call_tool("list_bookings", {})
     print("ledger:")
     for line in ledger_lines(ledger.structured_content or {}):

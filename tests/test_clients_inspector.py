@@ -38,16 +38,7 @@ def test_the_inspector_lists_the_tools() -> None:
     assert [tool["name"] for tool in listing["tools"]] == ["book_trip", "list_bookings"]
     (book_trip,) = [tool for tool in listing["tools"] if tool["name"] == "book_trip"]
     assert book_trip["inputSchema"]["required"] == ["destination", "nights", "card_number"]
-    assert book_trip["outputSchema"]["required"] == [
-        "status",
-        "workflow",
-        "run_id",
-        "summary",
-        "metadata",
-        "steps",
-        "duration_ms",
-        "report",
-    ]
+    assert book_trip["outputSchema"]["required"] == ["status", "run_id", "metadata", "steps", "duration_ms"]
 
 
 def call(card: str) -> tuple[int, Any, str]:
@@ -69,7 +60,7 @@ def test_the_inspector_calls_a_workflow_that_commits() -> None:
     assert code == 0
     assert result["isError"] is False
     content = result["structuredContent"]
-    assert (content["status"], content["workflow"]) == ("committed", "book_trip")
+    assert (content["status"], "summary" in content, "report" in content) == ("committed", False, False)
     assert [step["name"] for step in content["steps"]] == ["BookFlight", "ReserveHotel", "ChargeCard"]
     assert content["metadata"]["card"] == "***"
     assert content["metadata"]["charge"]["card_last4"] == "4242"

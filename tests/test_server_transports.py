@@ -55,7 +55,6 @@ def doc_report(structured: dict[str, Any]) -> dict[str, Any]:
 
 EXPECTED_DOC_REPORT = {
     "status": "rolled_back",
-    "workflow": "book_vacation",
     "run_id": "RUN",
     "summary": DOC_REPORT_TEXT,
     "metadata": {},

@@ -161,23 +161,32 @@ def _resolve(
 ) -> tuple[str, _Options]:
     """Check one step (its methods too, unless its class was checked) and read its options."""
     name = step_name(step)
-    where = f"saga entry {index} ({name})"
     if not methods_checked:
-        _check_method(step, "execute", where)
-        _check_method(step, "compensate", where)
+        _check_method(step, "execute", _where(index, name))
+        _check_method(step, "compensate", _where(index, name))
     if getattr(step, "is_complete", True) is False:
         raise SagaDefinitionError(
-            f"{where}: the step has no compensation; attach one with "
+            f"{_where(index, name)}: the step has no compensation; attach one with "
             f"@{name}.compensation, or declare it @step(read_only=True) if it changes nothing"
         )
-    return name, (
-        step,
-        args,
-        kwargs,
-        _option_timeout(step, where),
-        _option_retry(step, where),
-        _option_in_doubt(step, where),
-    )
+    # Read once per step per run: the usual values pass without building the error's wording.
+    timeout = getattr(step, "timeout", None)
+    if timeout is not None:
+        timeout = _option_timeout(timeout, index, name)
+    retry = getattr(step, "compensation_retry", None)
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise SagaDefinitionError(
+            f"{_where(index, name)}: compensation_retry must be a RetryPolicy, got {type(retry).__name__}"
+        )
+    in_doubt = getattr(step, "in_doubt", False)
+    if in_doubt is not False and in_doubt is not True:
+        raise SagaDefinitionError(f"{_where(index, name)}: in_doubt must be a bool, got {in_doubt!r}")
+    return name, (step, args, kwargs, timeout, retry, in_doubt)
+
+
+def _where(index: int, name: str) -> str:
+    """How errors name a saga entry."""
+    return f"saga entry {index} ({name})"
 
 
 def _split_entry(index: int, entry: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...], Mapping[str, Any]]:
@@ -240,31 +249,14 @@ def _is_async(fn: object) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-def _option_timeout(step: object, where: str) -> float | None:
-    timeout = getattr(step, "timeout", None)
-    if timeout is None:
-        return None
+def _option_timeout(timeout: object, index: int, name: str) -> float:
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
         or not math.isfinite(timeout)
         or timeout <= 0
     ):
-        raise SagaDefinitionError(f"{where}: timeout must be a positive number of seconds, got {timeout!r}")
+        raise SagaDefinitionError(
+            f"{_where(index, name)}: timeout must be a positive number of seconds, got {timeout!r}"
+        )
     return float(timeout)
-
-
-def _option_retry(step: object, where: str) -> RetryPolicy | None:
-    retry = getattr(step, "compensation_retry", None)
-    if retry is None or isinstance(retry, RetryPolicy):
-        return retry
-    raise SagaDefinitionError(
-        f"{where}: compensation_retry must be a RetryPolicy, got {type(retry).__name__}"
-    )
-
-
-def _option_in_doubt(step: object, where: str) -> bool:
-    in_doubt = getattr(step, "in_doubt", False)
-    if not isinstance(in_doubt, bool):
-        raise SagaDefinitionError(f"{where}: in_doubt must be a bool, got {in_doubt!r}")
-    return in_doubt

@@ -209,7 +209,7 @@ class AegisMCP(MCPServer[Any]):
         try:
             returned = await spec.fn(ctx, **arguments)
         except SagaFailed as exc:
-            return failed_result(spec.name, exc.report, events, clock() - started)
+            return failed_result(exc.report, events, clock() - started)
         except ToolTimeoutError as exc:
             return error_result(f"workflow {spec.name!r}: {exc}")
         except Exception as exc:
@@ -217,7 +217,7 @@ class AegisMCP(MCPServer[Any]):
             text = scrub(str(exc), _secrets(events))
             return error_result(f"workflow {spec.name!r} failed: {type(exc).__name__}: {text}")
         final = _final_context(returned, events)
-        return committed_result(spec.name, final, events, clock() - started)
+        return committed_result(final, events, clock() - started)
 
     # -- plain tools ----------------------------------------------------------------------------
 

@@ -1,17 +1,18 @@
 """What a workflow call returns over MCP: one structured shape, with an output schema, for every outcome.
 
-A committed run returns `WorkflowResult` with status ``committed``, the final metadata (secrets shown
-as ``***``) and the steps run with their timings. A failed run returns ``is_error=True``: the report's
-one-line summary as text, and the same shape with status ``rolled_back`` or ``stuck`` and the whole
-`SagaReport` under ``report`` (clients such as the MCP Inspector check error results against the
-output schema too, so both outcomes share it).
+A committed run returns `WorkflowResult` with status ``committed``, the run id, the final metadata
+(secrets shown as ``***``) and the steps run with their timings: what the client needs and nothing it
+already knows. A failed run returns ``is_error=True``: the report's one-line summary as text, and the
+same shape with status ``rolled_back`` or ``stuck`` plus ``summary`` and the whole `SagaReport` under
+``report`` (clients such as the MCP Inspector check error results against the output schema too, so
+both outcomes share it).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, NotRequired, cast
 
 from mcp.types import CallToolResult, TextContent
 from pydantic import TypeAdapter
@@ -35,13 +36,12 @@ class WorkflowResult(TypedDict):
     """Structured content of a workflow call (the tool's output schema), committed or not."""
 
     status: Literal["committed", "rolled_back", "stuck"]
-    workflow: str
     run_id: str | None
-    summary: str
     metadata: dict[str, Any]
     steps: list[StepTiming]
     duration_ms: float
-    report: dict[str, Any] | None
+    summary: NotRequired[str]
+    report: NotRequired[dict[str, Any]]
 
 
 @functools.cache
@@ -93,23 +93,23 @@ def workflow_output_schema() -> dict[str, Any]:
         f"The steps that ran to completion, in order, with how long each execute took: "
         f"one object each, with {fields}."
     )
+    properties = result["properties"]
+    properties["summary"]["description"] = "Failures only: one line a person can act on (also the text)."
+    properties["report"]["description"] = "Failures only: the whole saga report, with left_standing."
     return result
 
 
 def committed_result(
-    workflow: str, final: AegisContext | None, events: Sequence[SagaEvent], duration: float
+    final: AegisContext | None, events: Sequence[SagaEvent], duration: float
 ) -> CallToolResult:
     """A committed workflow: the last run's steps and final metadata, as structure and as JSON text."""
     run_id, steps = _last_run(events)
     structured: WorkflowResult = {
         "status": "committed",
-        "workflow": workflow,
         "run_id": run_id,
-        "summary": "committed: " + ", ".join([step["name"] for step in steps]),
         "metadata": {} if final is None else final.to_json(),
         "steps": steps,
         "duration_ms": _ms(duration),
-        "report": None,
     }
     # The text block repeats the structure as JSON, for clients that only read content (the MCP
     # spec asks for it). The dict is fresh, so it is handed over as it is, not copied.
@@ -119,19 +119,16 @@ def committed_result(
     )
 
 
-def failed_result(
-    workflow: str, report: SagaReport, events: Sequence[SagaEvent], duration: float
-) -> CallToolResult:
+def failed_result(report: SagaReport, events: Sequence[SagaEvent], duration: float) -> CallToolResult:
     """``is_error=True``: the summary as text; as structure, the same shape with the whole report."""
     status: Literal["rolled_back", "stuck"] = "stuck" if report.status is SagaStatus.STUCK else "rolled_back"
     structured = WorkflowResult(
         status=status,
-        workflow=workflow,
         run_id=report.run_id,
-        summary=report.summary(),
         metadata={},
         steps=_timings(events, report.run_id),
         duration_ms=_ms(duration),
+        summary=report.summary(),
         report={
             **report.to_json(),
             "left_standing": [
