@@ -66,7 +66,7 @@ def step_name(step: object) -> str:
 
 def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
     """Check every entry and resolve its options; raise `SagaDefinitionError` naming the culprit."""
-    if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
+    if type(entries) is not list and (isinstance(entries, str | bytes) or not isinstance(entries, Sequence)):
         raise SagaDefinitionError(
             f"a saga is a list of steps or (step, args, kwargs) tuples, got {type(entries).__name__}"
         )
@@ -116,7 +116,9 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
             options.append((step, args, kwargs, None, None, False))
         else:
             # A checked class's methods are trusted unless the instance replaces them.
-            checked = kind is not _StepClass.UNCHECKED and _METHODS.isdisjoint(state)
+            checked = (
+                kind is not _StepClass.UNCHECKED and "execute" not in state and "compensate" not in state
+            )
             name, resolved = _resolve(index, step, args, kwargs, methods_checked=checked)
             names.append(name)
             options.append(resolved)

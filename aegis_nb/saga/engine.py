@@ -282,9 +282,11 @@ class _Forward:
                 f"step {spec.name!r}: execute() must return an AegisContext or None, "
                 f"got {type(result).__name__}"
             )
-        result = result._for_step(self.recorder.run_id, spec.index)
-        if result.deadline > step_input.deadline:
-            result = result._with_budget(step_input.deadline)
+        # A context derived from the step's own input already carries its stamp: no copy needed.
+        if result._step_index != spec.index or result._run_id != self.recorder.run_id:
+            result = result._for_step(self.recorder.run_id, spec.index)
+        if result._deadline > step_input._deadline:
+            result = result._with_budget(step_input._deadline)
         return result
 
     async def _fail(
