@@ -135,12 +135,28 @@ def _set_on_instances(steps: Sequence[Any], attributes: frozenset[str]) -> bool:
 
 
 def _make_unique(names: list[str]) -> None:
-    """Give repeated names a ``#n`` suffix in place, so every lifeline and log line is unambiguous."""
-    if len(set(names)) == len(names):  # the usual case, and a set is far cheaper than a Counter
+    """Give repeated names a ``#n`` suffix in place, so every step, lifeline and report entry is unambiguous.
+
+    Reports name steps by these names, so they must come out unique even when a step is already
+    called something like ``Reserve#2``: such a number is skipped.
+    """
+    distinct = set(names)
+    if len(distinct) == len(names):  # the usual case, and a set is far cheaper than a Counter
         return
-    counts = Counter(names)
-    numbers = {name: count(1) for name, times in counts.items() if times > 1}
-    names[:] = [name if name not in numbers else f"{name}#{next(numbers[name])}" for name in names]
+    if len(distinct) == 1:  # a batch of one step class: number them all in one pass
+        (name,) = distinct
+        names[:] = [f"{name}#{number}" for number in range(1, len(names) + 1)]
+        return
+    repeated = {name for name, times in Counter(names).items() if times > 1}
+    taken = set(distinct)
+    numbers = dict.fromkeys(repeated, 0)
+    for position, name in enumerate(names):
+        if name in repeated:
+            numbers[name] += 1
+            while f"{name}#{numbers[name]}" in taken:
+                numbers[name] += 1
+            names[position] = f"{name}#{numbers[name]}"
+            taken.add(names[position])
 
 
 _Options = tuple[Any, tuple[Any, ...], Mapping[str, Any], float | None, RetryPolicy | None, bool]
