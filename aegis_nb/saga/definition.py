@@ -75,8 +75,10 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
     # Validation runs on every run, so each class is checked once per saga (sagas often repeat a
     # class many times), and the common saga, bare steps of classes with async methods and no
     # tuning attributes, is built in a few passes that run at C speed rather than entry by entry.
+    if isinstance(entries[0], tuple):  # (step, args, kwargs) entries: checked one by one
+        return _normalize_entries(entries, {})
     types = set(map(type, entries))
-    if any(issubclass(cls, tuple) for cls in types):  # (step, args, kwargs) entries
+    if any(issubclass(cls, tuple) for cls in types):
         return _normalize_entries(entries, {})
     classes = {cls: _classify(cls) for cls in types}
     if all(kind is _StepClass.PLAIN for kind in classes.values()) and not _set_on_instances(
@@ -242,8 +244,9 @@ def _classify(cls: type) -> _StepClass:
         return _StepClass.UNCHECKED
     # Where an instance would find an option: its class's MRO (object defines none of them), or
     # a __getattr__ that makes one up. Reading the dicts avoids hasattr's exception per miss.
-    if any(not _TUNING_OR_DYNAMIC.isdisjoint(vars(klass)) for klass in cls.__mro__[:-1]):
-        return _StepClass.TUNED
+    for klass in cls.__mro__[:-1]:
+        if not _TUNING_OR_DYNAMIC.isdisjoint(vars(klass)):
+            return _StepClass.TUNED
     return _StepClass.PLAIN
 
 
