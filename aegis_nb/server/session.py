@@ -44,7 +44,9 @@ class ToolSession:
     ) -> dict[str, Any]:
         """The tool's structured content (or its text parsed as JSON, or ``{"text": ...}``)."""
         request_meta = None if meta is None else cast(RequestParamsMeta, dict(meta))
-        result = await self.client.call_tool(name, dict(arguments or {}), meta=request_meta)
+        # The client only reads the arguments: a dict is passed as it is, anything else copied.
+        sent = arguments if type(arguments) is dict else dict(arguments or {})
+        result = await self.client.call_tool(name, sent, meta=request_meta)
         return unwrap_result(name, result)
 
     async def list_tools(self) -> list[str]:
@@ -55,8 +57,10 @@ class ToolSession:
 
 def unwrap_result(tool: str, result: CallToolResult) -> dict[str, Any]:
     """Plain data from a tool result; `ToolError` (with the text and structure) when it is an error."""
-    if result.structured_content is not None and not result.is_error:
-        return dict(result.structured_content)  # the text block only repeats it
+    structured = result.structured_content
+    if structured is not None and not result.is_error:
+        # The result's own fresh dict needs no copy (the text block only repeats it).
+        return structured if isinstance(structured, dict) else dict(structured)
     text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
     if result.is_error:
         raise ToolError(tool, text or "the tool reported an error", result.structured_content)

@@ -98,8 +98,10 @@ class ToolPairStep:
         )
 
     def _add_key(self, ctx: AegisContext, tool_args: dict[str, Any]) -> None:
-        if self.idempotency_arg is not None and ctx.idempotency_key is not None:
-            tool_args.setdefault(self.idempotency_arg, ctx.idempotency_key)
+        if self.idempotency_arg is not None:
+            key = ctx.idempotency_key
+            if key is not None:
+                tool_args.setdefault(self.idempotency_arg, key)
 
     def __repr__(self) -> str:
         return f"<ToolPairStep {self.name}: {self.execute_tool} / {self.compensate_tool}>"
