@@ -163,13 +163,20 @@ def freeze(value: Any, path: str) -> Any:
 
 def thaw(value: Any, *, reveal: bool = False) -> JSONValue:
     """Plain JSON data from a frozen value; secrets become ``***`` unless `reveal` is set."""
+    if type(value) in _LEAVES:
+        return value
     if isinstance(value, Secret):
         return value.reveal() if reveal else REDACTED
     if isinstance(value, FrozenDict):
-        return {k: thaw(v, reveal=reveal) for k, v in value.items()}
+        # Leaves inline: every workflow result thaws the final metadata.
+        return {k: v if type(v) in _LEAVES else thaw(v, reveal=reveal) for k, v in value._data.items()}
     if isinstance(value, tuple):
         return [thaw(v, reveal=reveal) for v in value]
     return value
+
+
+_LEAVES = frozenset((str, int, float, bool, type(None)))
+"""Value types that thaw to themselves (subclasses take the checked path)."""
 
 
 def secret_values(value: Any) -> Iterator[str]:
