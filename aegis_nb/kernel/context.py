@@ -30,7 +30,8 @@ class AegisContext:
     def __init__(self, metadata: Mapping[str, Any] | None = None, *, deadline: float = math.inf) -> None:
         if isinstance(deadline, bool) or not isinstance(deadline, int | float) or math.isnan(deadline):
             raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
-        object.__setattr__(self, "_metadata", FrozenDict._trusted(freeze_mapping(metadata or {})))
+        frozen = freeze_mapping(metadata) if metadata else {}
+        object.__setattr__(self, "_metadata", FrozenDict._trusted(frozen))
         object.__setattr__(self, "_deadline", float(deadline))
         object.__setattr__(self, "_run_id", None)
         object.__setattr__(self, "_step_index", None)
