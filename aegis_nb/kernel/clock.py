@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 
 import anyio
@@ -14,9 +16,6 @@ def loop_clock() -> Clock:
     """A zero-argument function reading the running loop's clock (the clock deadlines are set on)."""
     library = sniffio.current_async_library()
     if library == "asyncio":
-        import asyncio
-        import time
-
         loop = asyncio.get_running_loop()
         # The default loops read time.monotonic through a Python method; calling it directly
         # gives the same reading at half the cost. Other loops (uvloop) keep their own clock.

@@ -168,8 +168,11 @@ def thaw(value: Any, *, reveal: bool = False) -> JSONValue:
     if isinstance(value, Secret):
         return value.reveal() if reveal else REDACTED
     if isinstance(value, FrozenDict):
-        # Leaves inline: every workflow result thaws the final metadata.
-        return {k: v if type(v) in _LEAVES else thaw(v, reveal=reveal) for k, v in value._data.items()}
+        data = value._data
+        # Every workflow result thaws the final metadata: flat parts are copied at C speed.
+        if _LEAVES.issuperset(map(type, data.values())):
+            return dict(data)
+        return {k: v if type(v) in _LEAVES else thaw(v, reveal=reveal) for k, v in data.items()}
     if isinstance(value, tuple):
         return [thaw(v, reveal=reveal) for v in value]
     return value

@@ -162,8 +162,12 @@ def _ms(seconds: float) -> float:
 
 def _last_run(events: Sequence[SagaEvent]) -> tuple[str | None, list[StepTiming]]:
     """The run id and step timings of the last run the workflow started (a workflow may run several)."""
-    for i in range(len(events) - 1, -1, -1):
-        if isinstance(events[i], SagaStarted):
-            run_id = events[i].run_id
-            return run_id, _timings(events[i:], run_id)
-    return None, []
+    run_id: str | None = None
+    steps: list[StepTiming] = []
+    for event in events:
+        if isinstance(event, StepSucceeded):
+            if event.run_id == run_id:
+                steps.append({"index": event.index, "name": event.step, "duration_ms": _ms(event.duration)})
+        elif isinstance(event, SagaStarted):
+            run_id, steps = event.run_id, []
+    return run_id, steps
