@@ -130,8 +130,10 @@ def freeze_mapping(data: Mapping[str, Any], path: str = "metadata") -> dict[str,
         # Plain leaves inline: freezing every step's result would otherwise spend most of its time
         # writing out paths that only an error message needs.
         cls = type(value)
-        if cls is str or cls is int or cls is bool or value is None:
+        if cls in _FROZEN_AS_IS:
             frozen[key] = value
+        elif cls is dict:  # a step's result nested under its key: the usual container
+            frozen[key] = _wrap(freeze_mapping(value, f"{path}[{key!r}]"), None)
         else:
             frozen[key] = freeze(value, f"{path}[{key!r}]")
     return frozen
@@ -141,7 +143,7 @@ def freeze(value: Any, path: str) -> Any:
     """Return an immutable copy of a JSON-compatible value, or raise `TypeError` naming `path`."""
     # Exact types first: every step's result is frozen, and the abstract Mapping check is slow.
     cls = type(value)
-    if cls is str or cls is int or cls is bool or value is None:
+    if cls in _FROZEN_AS_IS:
         return value
     if cls is dict:
         return FrozenDict._trusted(freeze_mapping(value, path))
@@ -180,6 +182,9 @@ def thaw(value: Any, *, reveal: bool = False) -> JSONValue:
 
 _LEAVES = frozenset((str, int, float, bool, type(None)))
 """Value types that thaw to themselves (subclasses take the checked path)."""
+
+_FROZEN_AS_IS = frozenset((str, int, bool, type(None)))
+"""Value types frozen as they are, unchecked (a float is checked for NaN and infinity)."""
 
 
 def secret_values(value: Any) -> Iterator[str]:
