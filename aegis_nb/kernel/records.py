@@ -1,6 +1,6 @@
 """`record`: a frozen, slotted dataclass, plus a constructor for hot paths about 3x faster.
 
-Events and step references are built on the engine's hot path (two events per step, and the
+Events and contexts are built on the engine's hot path (two events per step, and the
 engine's whole budget is about a microsecond per step). A frozen dataclass cannot set its own fields
 cheaply: its ``__init__`` goes through ``object.__setattr__`` per field. `builder(cls)` instead fills
 an instance of a mutable twin (a subclass that adds no slots and restores plain attribute setting)
