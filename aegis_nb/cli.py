@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 Command = Callable[[argparse.Namespace], int]
@@ -131,6 +132,10 @@ def _recover(args: argparse.Namespace) -> int:
         raise SystemExit(f"aegis-nb recover: {args.app!r} is neither an AegisMCP app nor a WorkflowEngine")
     registered = engine.journal.resolver.registry if isinstance(engine.journal, SqliteJournal) else {}
     journal = SqliteJournal(args.journal, steps=registered, main_module=module_name)
+    # An AegisMCP app's steps may compensate through sessions its own lifespan opens.
+    server = sys.modules.get("aegis_nb.server.app")
+    is_server = server is not None and isinstance(app, server.AegisMCP)
+    resources: AbstractAsyncContextManager[Any] = app.resources() if is_server else nullcontext()
     recovering = WorkflowEngine(
         compensation_retry=engine.compensation_retry,
         compensation_budget=engine.compensation_budget,
@@ -139,7 +144,7 @@ def _recover(args: argparse.Namespace) -> int:
     )
 
     async def recover() -> int:
-        async with journal:
+        async with resources, journal:
             try:
                 runs = await recovering.recover()
             except RecoveryIncomplete as exc:

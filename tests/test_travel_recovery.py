@@ -9,6 +9,7 @@ steps again through the journal.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from subprocess import PIPE
@@ -17,9 +18,11 @@ import anyio
 import pytest
 from mcp import Client
 
+from aegis_nb.cli import main
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.mock import Ledger
 from aegis_nb.saga.durable import read_run, read_runs
+from aegis_nb.server.app import AegisMCP
 from aegis_nb.testing import outline
 from tests.servers.durable_travel import app
 from tests.servers.launch import ROOT, Lines
@@ -76,3 +79,28 @@ async def test_a_killed_travel_agent_rolls_the_trip_back_when_it_starts_again(tm
         ("CompensationSucceeded", "BookFlight"),
         ("SagaCompensated",),
     ]
+
+
+def app_from_environment() -> AegisMCP:
+    """What `aegis-nb recover` loads in the test below: the travel app on the files the test names."""
+    return app(Path(os.environ["AEGIS_TEST_LEDGER"]), Path(os.environ["AEGIS_TEST_JOURNAL"]))
+
+
+def test_aegis_nb_recover_compensates_through_the_sessions_the_app_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger, journal = tmp_path / "ledger.db", tmp_path / "journal.db"
+    anyio.run(kill_mid_trip, ledger, journal)
+    monkeypatch.setenv("AEGIS_TEST_LEDGER", str(ledger))
+    monkeypatch.setenv("AEGIS_TEST_JOURNAL", str(journal))
+
+    # The app's steps reach the agency through the session its lifespan opens: recovery from the
+    # command line enters that lifespan (without serving) so that they can compensate.
+    command = ["recover", "--journal", str(journal), "tests.test_travel_recovery:app_from_environment"]
+    assert main(command) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "recovered 1 run(s): 1 rolled back, 0 stuck; 0 left unfinished"
+    )
+    assert Ledger(ledger).state().is_empty
+    (run,) = read_runs(journal)
+    assert run.status is SagaStatus.ROLLED_BACK

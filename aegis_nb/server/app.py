@@ -20,6 +20,7 @@ import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -35,7 +36,7 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, SagaFailed, ToolError, ToolTimeoutError
 from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.report import scrub
-from aegis_nb.saga.durable.startup import durable_engine, durable_lifespan
+from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_lifespan
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaCommitted, SagaEvent
 from aegis_nb.saga.recorder import Journal
@@ -94,10 +95,12 @@ class AegisMCP(MCPServer[Any]):
         serving, the server rolls back every run a crash left unfinished. Other keyword arguments go to
         `MCPServer` unchanged.
         """
+        own_lifespan: Lifespan | None = kwargs.get("lifespan")
         if journal is not None:
             engine = durable_engine(engine, journal)
-            kwargs["lifespan"] = durable_lifespan(engine, kwargs.get("lifespan"))
+            kwargs["lifespan"] = durable_lifespan(engine, own_lifespan)
         super().__init__(name, **kwargs)
+        self._own_lifespan = own_lifespan
         self.workflow_engine = engine or WorkflowEngine()
         self.workflow_timeout = check_timeout(workflow_timeout, "workflow_timeout")
         self.tool_timeout = check_timeout(tool_timeout, "tool_timeout")
@@ -105,6 +108,16 @@ class AegisMCP(MCPServer[Any]):
         self._workflows: dict[str, Workflow] = {}
         # One sink routes every event to the observer of the request whose task emitted it.
         self.workflow_engine.subscribe(route_event)
+
+    def resources(self) -> AbstractAsyncContextManager[Any]:
+        """Enter the app's own lifespan (the sessions and clients it opens to serve) without serving.
+
+        ``aegis-nb recover`` rolls unfinished runs back inside it, so that their steps compensate
+        through what the app opens, as start-up recovery does.
+        """
+        if self._own_lifespan is None:
+            return nullcontext({})
+        return self._own_lifespan(self)
 
     @property
     def workflows(self) -> Mapping[str, Workflow]:
