@@ -329,6 +329,48 @@ async def test_a_workflow_cancelled_from_outside_rolls_back_and_reports_it(clien
     assert run.report.compensated == run.report.succeeded
 
 
+class GatedUndo(Recorded):
+    """A step whose compensation says it has begun, then waits to be let through."""
+
+    def __init__(self, name: str, calls: Calls) -> None:
+        super().__init__(name, calls)
+        self.undoing = anyio.Event()
+        self.let_through = anyio.Event()
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        self.undoing.set()
+        await self.let_through.wait()
+        await super().compensate(ctx)
+
+
+async def test_a_workflow_cancelled_during_its_rollback_still_finishes_every_compensation(
+    client: Client,
+) -> None:
+    calls = Calls()
+    hotel = GatedUndo("hotel", calls)
+    steps = [Recorded("flight", calls), hotel, Recorded("card", calls, fail="declined")]
+    async with running(client, *steps) as runner:
+        handle = await runner.start_saga(steps, AegisContext(), name="trip")
+        await hotel.undoing.wait()
+        # Recorded by the server before the hotel's undo can finish: the workflow sees the request
+        # at the latest with that undo's completion, so mid-rollback either way.
+        await handle.cancel()
+        hotel.let_through.set()
+        run = await handle.result()
+    assert trail(run)[6:] == [
+        ("StepFailed", "card"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationSucceeded", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    assert [entry[:2] for entry in calls.log[-2:]] == [("compensate", "hotel"), ("compensate", "flight")]
+    # The caller learns that the workflow was cancelled, and what the rollback undid.
+    assert isinstance(run.error, SagaCancelled)
+    assert (run.report.failure_kind, run.report.compensated) == (FailureKind.ERROR, ("hotel", "flight"))
+
+
 async def test_secrets_never_reach_temporal_history(client: Client) -> None:
     reader = Reader()
     async with running(client, reader) as runner:
