@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -406,7 +407,17 @@ async def test_the_readme_example_runs_and_rolls_back_on_temporal() -> None:
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
     example = next(block for block in blocks if "TemporalSagaRunner" in block)
     path = f"{Path(binary).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    done = await anyio.run_process([sys.executable, "-c", example], env={**os.environ, "PATH": path})
+    done = await anyio.run_process(
+        [sys.executable, "-c", example], env={**os.environ, "PATH": path}, check=False
+    )
+    # temporalio's native runtime can abort a short-lived script as the interpreter exits, after its
+    # work is done ("PyGILState_Release ... finalizing": temporalio/sdk-python#300). That, and only
+    # that, is tolerated; the README says so next to the example.
+    assert done.returncode == 0 or (
+        done.returncode == -signal.SIGABRT
+        and b"PyGILState_Release" in done.stderr
+        and b"Python runtime state: finalizing" in done.stderr
+    ), done.stderr.decode()[-2000:]
     # The dev server shares the example's stdout: its banner ("Temporal CLI ...", "Temporal Server: ...",
     # a blank line) lands before, between or after the example's lines depending on when it is printed
     # and when Python flushes the pipe, so it is set aside rather than assumed to come first.
