@@ -162,12 +162,5 @@ def _ms(seconds: float) -> float:
 
 def _last_run(events: Sequence[SagaEvent]) -> tuple[str | None, list[StepTiming]]:
     """The run id and step timings of the last run the workflow started (a workflow may run several)."""
-    run_id: str | None = None
-    steps: list[StepTiming] = []
-    for event in events:
-        if isinstance(event, StepSucceeded):
-            if event.run_id == run_id:
-                steps.append({"index": event.index, "name": event.step, "duration_ms": _ms(event.duration)})
-        elif isinstance(event, SagaStarted):
-            run_id, steps = event.run_id, []
-    return run_id, steps
+    run_id = next((e.run_id for e in reversed(events) if isinstance(e, SagaStarted)), None)
+    return run_id, [] if run_id is None else _timings(events, run_id)
