@@ -16,9 +16,11 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, ToolError
 from aegis_nb.kernel.values import Secret
 from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.app import AegisMCP, Transport, _request_context
 from aegis_nb.server.deadline import TIMEOUT_META_KEY
+from aegis_nb.server.routing import Observing
 
 pytestmark = pytest.mark.anyio
 
@@ -509,3 +511,40 @@ def test_the_request_context_is_read_where_the_sdk_context_keeps_it() -> None:
     assert _request_context(served) is served.request_context is request
     assert _request_context(Context()) is None
     assert _request_context(None) is None
+
+
+async def test_servers_sharing_an_engine_report_each_step_once() -> None:
+    engine = WorkflowEngine(compensation_retry=RetryPolicy.never())
+    AegisMCP("another server on the same engine", engine=engine)
+    app = AegisMCP("travel", engine=engine)
+
+    @app.workflow()
+    async def trip(ctx: AegisContext) -> AegisContext:
+        return await engine.execute_saga([Book("BookFlight", [])], ctx)
+
+    async with Client(app) as client:
+        result = await client.call_tool("trip", {})
+    assert result.structured_content is not None
+    assert without_timings(result.structured_content)["steps"] == [
+        {"index": 0, "name": "BookFlight", "duration_ms": 0}
+    ]
+
+
+async def test_an_observer_that_raises_loses_its_own_run_and_no_other_requests_events(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = travel_server([])
+
+    def broken(event: SagaEvent) -> None:
+        raise RuntimeError("observer bug")
+
+    with Observing(broken, "book_vacation"):
+        await app.workflow_engine.execute_saga([Book("BookFlight", [])])
+    assert [record.getMessage() for record in caplog.records] == [
+        f"event sink {broken!r} raised on SagaStarted and was detached; the saga goes on"
+    ]
+
+    async with Client(app) as client:
+        result = await client.call_tool("book_vacation", {"destination": "Oslo", "nights": 1})
+    assert result.structured_content is not None
+    assert [step["name"] for step in result.structured_content["steps"]] == ["BookFlight", "ReserveHotel"]

@@ -16,7 +16,7 @@ from aegis_nb.saga.durable import (
     read_run,
     read_runs,
 )
-from aegis_nb.saga.engine import WorkflowEngine, saga_name
+from aegis_nb.saga.engine import WorkflowEngine, run_observers, saga_name
 from aegis_nb.saga.events import (
     EVENT_TYPES,
     CompensationFailed,
@@ -83,6 +83,7 @@ __all__ = [
     "read_events",
     "read_run",
     "read_runs",
+    "run_observers",
     "saga_name",
     "step",
 ]

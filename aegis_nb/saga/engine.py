@@ -64,6 +64,13 @@ _new_step_succeeded = builder(StepSucceeded)
 saga_name: ContextVar[str] = ContextVar("aegis_saga_name", default="saga")
 """The name runs get when `run_saga` is not given one; a workflow server sets it per request."""
 
+run_observers: ContextVar[tuple[Sink, ...]] = ContextVar("aegis_run_observers", default=())
+"""Sinks that every run started in this context gets too, besides the engine's and its own.
+
+A workflow server sets its request's observer here around the call, so each request sees
+exactly its own runs' events, delivered straight to it rather than routed per event.
+"""
+
 DEFAULT_COMPENSATION_BUDGET = 30.0
 """Seconds each compensation attempt may take; the forward deadline may already be spent."""
 
@@ -145,7 +152,8 @@ class WorkflowEngine:
     ) -> SagaRun:
         """Run the saga and return its `SagaRun` whatever the outcome (cancellation still propagates).
 
-        `name` defaults to `saga_name` (set by `AegisMCP` to the workflow's name), else ``"saga"``.
+        `name` defaults to `saga_name` (set by `AegisMCP` to the workflow's name), else ``"saga"``;
+        the run's sinks are the engine's, `sinks` and `run_observers`.
         """
         specs = normalize_saga(steps)
         if ctx is None:
@@ -163,7 +171,11 @@ class WorkflowEngine:
         run_id = run_id or secrets.token_hex(16)  # 32 hex digits, like uuid4().hex at a third of the cost
         if self.journal is not None:
             await self.journal.open_run(run_id, name, specs)
-        recorder = RunRecorder(run_id, clock, self.journal, (self._sinks, SinkSet(sinks)))
+        observers = run_observers.get()
+        if observers:
+            sinks = (*sinks, *observers)
+        sink_sets = (self._sinks, SinkSet(sinks)) if sinks else (self._sinks,)
+        recorder = RunRecorder(run_id, clock, self.journal, sink_sets)
         return await _Forward(self, recorder, name, specs, ctx).run()
 
     # -- recovering -----------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from aegis_nb.saga.recorder import Journal
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
 from aegis_nb.server.progress import RequestObserver, progress_sender
 from aegis_nb.server.results import committed_result, error_result, failed_result, workflow_output_schema
-from aegis_nb.server.routing import Observing, route_event
+from aegis_nb.server.routing import Observing
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,8 +106,6 @@ class AegisMCP(MCPServer[Any]):
         self.tool_timeout = check_timeout(tool_timeout, "tool_timeout")
         self._executor = ToolExecutor()
         self._workflows: dict[str, Workflow] = {}
-        # One sink routes every event to the observer of the request whose task emitted it.
-        self.workflow_engine.subscribe(route_event)
 
     def resources(self) -> AbstractAsyncContextManager[Any]:
         """Enter the app's own lifespan (the sessions and clients it opens to serve) without serving.

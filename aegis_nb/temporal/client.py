@@ -35,7 +35,7 @@ from aegis_nb.kernel.errors import (
 from aegis_nb.saga.definition import normalize_saga
 from aegis_nb.saga.durable.codec import event_from_json
 from aegis_nb.saga.durable.locator import StepResolver
-from aegis_nb.saga.engine import DEFAULT_COMPENSATION_BUDGET, saga_name
+from aegis_nb.saga.engine import DEFAULT_COMPENSATION_BUDGET, run_observers, saga_name
 from aegis_nb.saga.events import SagaCommitted, SagaCompensated, SagaEvent, SagaStuck
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import RunRecorder, Sink, SinkSet
@@ -120,9 +120,11 @@ class TemporalSagaRunner:
     ) -> SagaRun:
         """Run the saga and return its `SagaRun` (cancelling the caller still rolls back, then propagates).
 
-        `sinks` get each event while the saga runs (polled with a query every `poll_interval`).
+        `sinks` (and `run_observers`) get each event while the saga runs (polled with a query every
+        `poll_interval`).
         """
         handle = await self.start_saga(steps, ctx, name=name, workflow_id=workflow_id)
+        sinks = (*sinks, *run_observers.get())
         if not sinks:
             return await _shielded_result(handle, lambda run: None)
         recorder = RunRecorder(handle.workflow_id, loop_clock(), None, (SinkSet(sinks),))
