@@ -119,27 +119,41 @@ class FrozenDict(Mapping[str, Any]):
 _wrap = twin_builder(FrozenDict, ["_data", "_hash"])
 
 
-def freeze_mapping(data: Mapping[str, Any], path: str = "metadata") -> dict[str, Any]:
+Path: TypeAlias = "str | tuple[Path, str | int]"
+"""Where a value sits, for error messages: a name, or (parent path, key or index), written out
+only when an error needs it (`render_path`), since every step's result is frozen."""
+
+
+def render_path(path: Path) -> str:
+    """``metadata['flight'][0]``: a `Path` as error messages show it."""
+    steps: list[str] = []
+    while isinstance(path, tuple):
+        path, key = path
+        steps.append(f"[{key!r}]" if isinstance(key, str) else f"[{key}]")
+    return path + "".join(reversed(steps))
+
+
+def freeze_mapping(data: Mapping[str, Any], path: Path = "metadata") -> dict[str, Any]:
     """Check and freeze every value of `data`; raise `TypeError` naming the offending key."""
     if type(data) is not dict and not isinstance(data, Mapping):
-        raise TypeError(f"{path} must be a mapping, got {type(data).__name__}")
+        raise TypeError(f"{render_path(path)} must be a mapping, got {type(data).__name__}")
     frozen: dict[str, Any] = {}
     for key, value in data.items():
         if not isinstance(key, str):
-            raise TypeError(f"{path} keys must be str, got {type(key).__name__} key {key!r}")
-        # Plain leaves inline: freezing every step's result would otherwise spend most of its time
-        # writing out paths that only an error message needs.
+            raise TypeError(f"{render_path(path)} keys must be str, got {type(key).__name__} key {key!r}")
+        # Plain leaves inline, and a nested dict's path is a pair, not a string: freezing every
+        # step's result would otherwise spend much of its time on what only errors need.
         cls = type(value)
         if cls in _FROZEN_AS_IS:
             frozen[key] = value
         elif cls is dict:  # a step's result nested under its key: the usual container
-            frozen[key] = _wrap(freeze_mapping(value, f"{path}[{key!r}]"), None)
+            frozen[key] = _wrap(freeze_mapping(value, (path, key)), None)
         else:
-            frozen[key] = freeze(value, f"{path}[{key!r}]")
+            frozen[key] = freeze(value, (path, key))
     return frozen
 
 
-def freeze(value: Any, path: str) -> Any:
+def freeze(value: Any, path: Path) -> Any:
     """Return an immutable copy of a JSON-compatible value, or raise `TypeError` naming `path`."""
     # Exact types first: every step's result is frozen, and the abstract Mapping check is slow.
     cls = type(value)
@@ -151,14 +165,16 @@ def freeze(value: Any, path: str) -> Any:
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise TypeError(f"{path}: {value!r} is not JSON-compatible (JSON has no NaN or infinity)")
+            raise TypeError(
+                f"{render_path(path)}: {value!r} is not JSON-compatible (JSON has no NaN or infinity)"
+            )
         return value
     if isinstance(value, Mapping):
         return FrozenDict._trusted(freeze_mapping(value, path))
     if isinstance(value, list | tuple):
-        return tuple(freeze(item, f"{path}[{i}]") for i, item in enumerate(value))
+        return tuple([freeze(item, (path, i)) for i, item in enumerate(value)])
     raise TypeError(
-        f"{path}: value of type {type(value).__name__} is not JSON-compatible "
+        f"{render_path(path)}: value of type {type(value).__name__} is not JSON-compatible "
         "(use None, bool, int, float, str, list, dict with str keys, or Secret)"
     )
 
@@ -170,14 +186,24 @@ def thaw(value: Any, *, reveal: bool = False) -> JSONValue:
     if isinstance(value, Secret):
         return value.reveal() if reveal else REDACTED
     if isinstance(value, FrozenDict):
-        data = value._data
-        # Every workflow result thaws the final metadata: flat parts are copied at C speed.
-        if _LEAVES.issuperset(map(type, data.values())):
-            return dict(data)
-        return {k: v if type(v) in _LEAVES else thaw(v, reveal=reveal) for k, v in data.items()}
+        return _thaw_dict(value._data, reveal)
     if isinstance(value, tuple):
         return [thaw(v, reveal=reveal) for v in value]
     return value
+
+
+def _thaw_dict(data: dict[str, Any], reveal: bool) -> dict[str, JSONValue]:
+    # Every workflow result thaws the final metadata, a dict of step results: flat parts are
+    # copied at C speed, and nested dicts skip thaw's type dispatch.
+    thawed = dict(data)
+    if _LEAVES.issuperset(map(type, data.values())):
+        return thawed
+    for key, value in data.items():
+        if type(value) is FrozenDict:
+            thawed[key] = _thaw_dict(value._data, reveal)
+        elif type(value) not in _LEAVES:
+            thawed[key] = thaw(value, reveal=reveal)
+    return thawed
 
 
 _LEAVES = frozenset((str, int, float, bool, type(None)))

@@ -16,7 +16,8 @@ import enum
 import inspect
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from itertools import chain, count, repeat
 from operator import attrgetter
 from types import MappingProxyType
@@ -100,9 +101,14 @@ def _plain_specs(steps: Sequence[Any]) -> tuple[StepSpec, ...]:
 
 
 def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) -> tuple[StepSpec, ...]:
-    """Any saga: ``(step, args, kwargs)`` entries, tuned steps, steps that fail their checks."""
+    """Any saga: ``(step, args, kwargs)`` entries, tuned steps, steps that fail their checks.
+
+    One pass that calls out only for what an entry needs: a workflow normalizes its few steps on
+    every call, amid a server's other work, where each extra helper and lookup costs several
+    times what it does in a tight loop.
+    """
+    specs: list[StepSpec] = []
     names: list[str] = []
-    options: list[_Options] = []
     for index, entry in enumerate(entries):
         if isinstance(entry, tuple):
             step, args, kwargs = _split_entry(index, entry)
@@ -112,22 +118,24 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
         kind = classes.get(cls)
         if kind is None:
             kind = classes[cls] = _classify(cls)
-        state = getattr(step, "__dict__", ())
-        if kind is _StepClass.PLAIN and _OVERRIDABLE.isdisjoint(state):
-            names.append(cls.__name__)
-            options.append((step, args, kwargs, None, None, False))
+        own = getattr(step, "__dict__", _NO_STATE)
+        # A checked class's methods are trusted unless the instance replaces them.
+        checked = kind is not _StepClass.UNCHECKED and "execute" not in own and "compensate" not in own
+        if checked and kind is _StepClass.PLAIN:
+            # The class sets no option, so only the instance's own attributes can.
+            if _TUNING.isdisjoint(own):
+                spec = _new_tuple(StepSpec, (index, cls.__name__, step, args, kwargs, None, None, False))
+            else:
+                spec = _resolve(index, step, args, kwargs, own.get, methods_checked=True)
         else:
-            # A checked class's methods are trusted unless the instance replaces them.
-            checked = (
-                kind is not _StepClass.UNCHECKED and "execute" not in state and "compensate" not in state
-            )
-            name, resolved = _resolve(index, step, args, kwargs, methods_checked=checked)
-            names.append(name)
-            options.append(resolved)
-    _make_unique(names)
-    return tuple(
-        [_new_tuple(StepSpec, (index, name, *rest)) for index, name, rest in zip(count(), names, options)]
-    )
+            spec = _resolve(index, step, args, kwargs, partial(getattr, step), methods_checked=checked)
+        specs.append(spec)
+        names.append(spec[1])
+    if len(set(names)) != len(names):
+        _make_unique(names)
+        renamed = zip(specs, names, strict=True)
+        specs = [_new_tuple(StepSpec, (spec[0], name, *spec[2:])) for spec, name in renamed]
+    return tuple(specs)
 
 
 def _set_on_instances(steps: Sequence[Any], attributes: frozenset[str]) -> bool:
@@ -161,47 +169,57 @@ def _make_unique(names: list[str]) -> None:
             taken.add(names[position])
 
 
-_Options = tuple[Any, tuple[Any, ...], Mapping[str, Any], float | None, RetryPolicy | None, bool]
-"""A checked entry's StepSpec fields after index and name: step, args, kwargs, timeout, retry, in-doubt."""
-
 _new_tuple = tuple.__new__
 _class_name = attrgetter("__name__")
 _is_str = str.__instancecheck__
 _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+_NO_STATE: Mapping[str, Any] = MappingProxyType({})
 
-_TUNING = ("name", "timeout", "compensation_retry", "in_doubt", "is_complete")
+_TUNING = frozenset(("name", "timeout", "compensation_retry", "in_doubt", "is_complete"))
 _METHODS = frozenset(("execute", "compensate"))
-_OVERRIDABLE = _METHODS | frozenset(_TUNING)
-_TUNING_OR_DYNAMIC = frozenset((*_TUNING, "__getattr__"))
+_OVERRIDABLE = _METHODS | _TUNING
+_TUNING_OR_DYNAMIC = _TUNING | {"__getattr__"}
 
 
 def _resolve(
-    index: int, step: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, methods_checked: bool
-) -> tuple[str, _Options]:
-    """Check one step (its methods too, unless its class was checked) and read its options."""
-    name = step_name(step)
+    index: int,
+    step: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    option: Callable[[str, Any], Any],
+    *,
+    methods_checked: bool,
+) -> StepSpec:
+    """Check one step (its methods too, unless its class was checked) and read its options.
+
+    `option(attribute, default)` reads an option: the instance's own dict when its class defines
+    none, else ``getattr`` on the step.
+    """
+    name = option("name", None)
+    if not (isinstance(name, str) and name):
+        name = type(step).__name__
     if not methods_checked:
         _check_method(step, "execute", _where(index, name))
         _check_method(step, "compensate", _where(index, name))
-    if getattr(step, "is_complete", True) is False:
+    if option("is_complete", True) is False:
         raise SagaDefinitionError(
             f"{_where(index, name)}: the step has no compensation; attach one with "
             f"@{name}.compensation, or declare it @step(read_only=True) if it changes nothing"
         )
     # Read once per step per run: the usual values pass without building the error's wording.
-    timeout = getattr(step, "timeout", None)
+    timeout = option("timeout", None)
     if timeout is not None:
         timeout = _option_timeout(timeout, index, name)
-    retry = getattr(step, "compensation_retry", None)
+    retry = option("compensation_retry", None)
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise SagaDefinitionError(
             f"{_where(index, name)}: compensation_retry must be a RetryPolicy, got {type(retry).__name__}"
         )
-    in_doubt = getattr(step, "in_doubt", False)
+    in_doubt = option("in_doubt", False)
     if in_doubt is not False and in_doubt is not True:
         raise SagaDefinitionError(f"{_where(index, name)}: in_doubt must be a bool, got {in_doubt!r}")
-    return name, (step, args, kwargs, timeout, retry, in_doubt)
+    return _new_tuple(StepSpec, (index, name, step, args, kwargs, timeout, retry, in_doubt))
 
 
 def _where(index: int, name: str) -> str:
