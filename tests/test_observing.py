@@ -115,3 +115,42 @@ async def test_events_carry_times_on_the_loop_clock() -> None:
     assert times == sorted(times)
     assert before <= times[0]
     assert times[-1] <= after
+
+
+async def test_a_raising_sink_subscribed_twice_is_detached_and_the_saga_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(event: SagaEvent) -> None:
+        raise RuntimeError("broken widget")
+
+    engine, capture = WorkflowEngine(sinks=[broken]), EventCapture()
+    run = await engine.run_saga([Recorded("flight", Calls())], sinks=[broken, capture])
+    assert run.ok
+    assert [outline(event) for event in capture] == [
+        ("SagaStarted",),
+        ("StepStarted", "flight"),
+        ("StepSucceeded", "flight"),
+        ("SagaCommitted",),
+    ]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"event sink {broken!r} raised on SagaStarted and was detached; the saga goes on"
+    ]
+
+
+async def test_a_bound_method_can_be_unsubscribed(caplog: pytest.LogCaptureFixture) -> None:
+    class Panel:
+        def __init__(self) -> None:
+            self.seen: list[SagaEvent] = []
+
+        def show(self, event: SagaEvent) -> None:
+            self.seen.append(event)
+
+    engine, panel = WorkflowEngine(), Panel()
+    engine.subscribe(panel.show)
+    first = await engine.run_saga([Recorded("flight", Calls())])
+    engine.unsubscribe(panel.show)
+    async with engine.event_stream():
+        pass
+    await engine.run_saga([Recorded("flight", Calls())])  # no sink left: neither the panel nor the stream
+    assert tuple(panel.seen) == first.events
+    assert caplog.records == []

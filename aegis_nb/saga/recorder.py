@@ -50,7 +50,9 @@ class SinkSet:
         self._sinks = (*self._sinks, sink)
 
     def discard(self, sink: Sink) -> None:
-        self._sinks = tuple(s for s in self._sinks if s is not sink)
+        # Equality, not identity: `obj.method` is a new bound method on every access, and two of
+        # them are equal when they bind the same function to the same object.
+        self._sinks = tuple(s for s in self._sinks if s != sink)
 
 
 class RunRecorder:
@@ -94,7 +96,9 @@ class RunRecorder:
         Returns the sinks left, for publishers that hold them in a local.
         """
         pairs = list(zip(self.sinks, self._subscribed, strict=True))
-        subscribed = next(original for call, original in pairs if call is sink)
+        subscribed = next((original for call, original in pairs if call is sink), None)
+        if subscribed is None:  # a second copy of a sink detached a moment ago, on this same event
+            return self.sinks
         kept = [(call, original) for call, original in pairs if original is not subscribed]
         self.sinks = tuple(call for call, _ in kept)
         self._subscribed = tuple(original for _, original in kept)
