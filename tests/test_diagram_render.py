@@ -245,3 +245,20 @@ def test_any_real_run_renders_consistently(count: int, data: st.DataObject) -> N
     failed = fail_at is not None
     # Title, cause (when failed), blank line; one line per arrow; the rollback bracket; the summary.
     assert len(text.splitlines()) == 2 + failed + len(model.messages) + 2 * failed + 1
+
+
+def test_text_keeps_every_row_on_one_line_whatever_the_names_and_errors() -> None:
+    name, error = "Charge\nCard", "1 validation error\ncard_number\n  String should match"
+    events = Script((name,), saga="trip\nto Lisbon").step_fails(0, name, error).end_rollback()
+    text = render_text(fold(events))
+    assert text.splitlines() == [
+        "trip to Lisbon — ROLLED BACK · 1 step · 10.0 ms · run 0f1e2d3c",
+        "✗ Charge Card: ValueError: 1 validation error card_number String should match",
+        "",
+        "   +0.00 ms  Engine → 1 Charge Card  execute()",
+        "   +10.0 ms  Engine ← 1 Charge Card  ✗ ValueError: 1 validation error card_number String should"
+        " match · 10.0 ms",
+        "┌─ ⟲ Rollback triggered",
+        "└─",
+        "1 validation error card_number String should match — rolled back: nothing to undo",
+    ]

@@ -39,9 +39,14 @@ def duration(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace, newlines included, made one space."""
+    return " ".join(text.split())
+
+
 def clip(text: str, limit: int) -> str:
     """`text` on one line, cut to `limit` characters with an ellipsis."""
-    text = " ".join(text.split())
+    text = one_line(text)
     return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
 
 

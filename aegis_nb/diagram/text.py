@@ -29,10 +29,11 @@ def render_text(
         return "(no saga has started yet)\n"
     plan = layout(model, max_lanes=max_lanes, max_rows=max_rows)
     status = labels.STATUS_WORDS[model.status].upper()
-    lines = [f"{model.saga} — {status} · {labels.headline(model)}"]
+    # A saga name or an error may span lines (a validation error does): each row stays one line.
+    lines = [labels.one_line(f"{model.saga} — {status} · {labels.headline(model)}")]
     cause = labels.cause_line(model)
     if cause:
-        lines.append(f"✗ {cause}")
+        lines.append(f"✗ {labels.one_line(cause)}")
     lines.append("")
     names = [_lane_name(model, plan, row) for row in plan.rows]
     width = max((len(name) for name in names), default=0)
@@ -45,7 +46,7 @@ def render_text(
         lines.append(f"{bar}{_row(model, row, name, width)}".rstrip())
     if bar != "  ":
         lines.append("└─")
-    lines.append(labels.summary(model))
+    lines.append(labels.one_line(labels.summary(model)))
     return "\n".join(lines) + "\n"
 
 
