@@ -10,7 +10,7 @@ from aegis_nb.kernel.report import FailureKind
 from aegis_nb.mock import FaultPlan, Latency, ToolFaults, TravelAgency, flight_offers, hotel_rate_cents
 from aegis_nb.mock.travel import travel_saga, trip_context
 from aegis_nb.saga.engine import WorkflowEngine
-from aegis_nb.saga.events import CompensationFailed
+from aegis_nb.saga.events import CompensationFailed, CompensationStarted
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.tool_step import ToolPairStep
 from aegis_nb.testing import EventCapture
@@ -202,6 +202,23 @@ async def test_default_undo_arguments_are_the_idempotency_key() -> None:
     assert failure.value.report.summary() == "Card Declined! — rolled back: Fly"
     assert agency.state().cancellations == 1
     assert agency.state().is_empty
+
+
+async def test_a_step_whose_result_key_is_taken_refuses_and_is_not_undone_in_doubt() -> None:
+    # Had it stored over the outbound result, its compensation in doubt would have found that
+    # result under its key and cancelled the outbound flight a second time.
+    agency, events = TravelAgency(), EventCapture()
+    async with agency.connect() as session:
+        fly = ToolPairStep(session, "book_flight", "cancel_flight", name="Fly", in_doubt=True)
+        trip = [(fly, (), {"destination": "Oslo"}), (fly, (), {"destination": "Porto"})]
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga(trip, AegisContext(), sinks=[events])
+    assert failure.value.report.summary() == (
+        "step 'Fly' did not call 'book_flight': metadata key 'book_flight' already holds an earlier "
+        "result; give this step its own result_key — rolled back: Fly#1"
+    )
+    assert [e.step for e in events if isinstance(e, CompensationStarted)] == ["Fly#1"]
+    assert (agency.state().cancellations, agency.state().is_empty) == (1, True)
 
 
 async def test_positional_saga_args_without_an_arguments_function_are_refused() -> None:

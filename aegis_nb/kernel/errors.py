@@ -51,7 +51,8 @@ class ToolError(AegisError):
 
     The error reads as the tool's own words (a saga report then says "Card Declined!"); `tool` names
     the tool. A workflow served by `AegisMCP` that rolled back arrives this way, its report as
-    `structured`. Tools served by `AegisMCP` may raise it to refuse a call in their own words.
+    `structured`. Tools served by `AegisMCP` may raise it to refuse a call in their own words, and
+    a `ToolPairStep` raises it when it refuses to call its tool: either way, nothing was done.
     """
 
     def __init__(self, tool: str, message: str, structured: dict[str, object] | None = None) -> None:

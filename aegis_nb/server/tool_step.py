@@ -2,7 +2,8 @@
 
 Execute calls `execute_tool` with arguments built from the context and the step's saga arguments
 (by default the saga kwargs as they are), adds the context's idempotency key, and stores the tool's
-structured result in the metadata under `result_key`. Compensate calls `compensate_tool` with
+structured result in the metadata under `result_key`, which must not hold a result already (steps
+that call the same tool need result keys of their own). Compensate calls `compensate_tool` with
 arguments built from the context *its own execute produced* and that stored result (``None`` when
 the step is compensated in doubt, because its execute never returned); by default just the same
 idempotency key, so an undo tool can find an effect it was never told about. Works on any
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import SagaDefinitionError
+from aegis_nb.kernel.errors import SagaDefinitionError, ToolError
 from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.session import ToolCaller
@@ -80,6 +81,15 @@ class ToolPairStep:
             )
         else:
             tool_args = kwargs  # a fresh dict of this call's own
+        if self.result_key in ctx.metadata:
+            # Storing over it would lose the earlier result, and a compensation in doubt (which
+            # gets this step's input) would take that result for its own and undo the wrong
+            # effect. Refusing as a ToolError tells the engine nothing was done.
+            raise ToolError(
+                self.execute_tool,
+                f"step {self.name!r} did not call {self.execute_tool!r}: metadata key "
+                f"{self.result_key!r} already holds an earlier result; give this step its own result_key",
+            )
         self._add_key(ctx, tool_args)
         # No scope of our own: the engine already holds the forward deadline for the whole saga.
         result = await self.session.call_tool(self.execute_tool, tool_args)
