@@ -134,7 +134,8 @@ class AegisMCP(MCPServer[Any]):
     ) -> Callable[[F], F]:
         """Register ``async def fn(ctx, ...)`` as the MCP tool `name`; returns `fn` unchanged.
 
-        `timeout` (seconds, None for none) overrides the server's `workflow_timeout`.
+        `timeout` (seconds, None for none) overrides the server's `workflow_timeout`. A later parameter
+        annotated with the SDK's `Context` receives the request's, as a tool's does (not an argument).
         """
         if callable(name):
             raise TypeError("use @app.workflow() or @app.workflow('name'), not a bare @app.workflow")
@@ -153,10 +154,28 @@ class AegisMCP(MCPServer[Any]):
                 )
             if workflow_name in self._workflows:
                 raise SagaDefinitionError(f"workflow {workflow_name!r} is already registered")
+            if self._tool_manager.get_tool(workflow_name) is not None:
+                # The SDK would keep the tool and only log a warning: the workflow would never run.
+                raise SagaDefinitionError(
+                    f"workflow {workflow_name!r}: a tool named {workflow_name!r} is already registered"
+                )
+            own_context = find_context_parameter(fn)
+            if own_context == params[0].name:
+                raise SagaDefinitionError(
+                    f"workflow {workflow_name!r}: the first parameter receives the AegisContext, "
+                    "not the SDK's Context"
+                )
             limit = self.workflow_timeout if timeout is _UNSET else check_timeout(timeout, "timeout")
             spec = Workflow(workflow_name, fn, limit)
-            runner = self._workflow_runner(spec)
-            _publish_signature(runner, params[1:], dict[str, Any], workflow_name, fn.__doc__)
+            runner = self._workflow_runner(spec, own_context)
+            _publish_signature(
+                runner,
+                params[1:],
+                dict[str, Any],
+                workflow_name,
+                fn.__doc__,
+                add_request=own_context is None,
+            )
             self.add_tool(
                 runner,
                 name=workflow_name,
@@ -176,11 +195,15 @@ class AegisMCP(MCPServer[Any]):
 
         return decorator
 
-    def _workflow_runner(self, spec: Workflow) -> Callable[..., Awaitable[CallToolResult]]:
+    def _workflow_runner(
+        self, spec: Workflow, own_context: str | None
+    ) -> Callable[..., Awaitable[CallToolResult]]:
+        """`own_context`: the workflow's own SDK `Context` parameter, which the runner passes on."""
         app = self
 
         async def run_workflow(**kwargs: Any) -> CallToolResult:
-            request = _request_context(kwargs.pop(_REQUEST_PARAM))
+            sdk_context = kwargs.pop(_REQUEST_PARAM) if own_context is None else kwargs[own_context]
+            request = _request_context(sdk_context)
             clock = loop_clock()  # resolved once: the deadline and both ends of the timing read it
             started = clock()
             try:
@@ -246,11 +269,16 @@ class AegisMCP(MCPServer[Any]):
         """Register a tool; an ``async def`` runs under the tool deadline and may raise `ToolError`.
 
         Sync functions are registered as the SDK does (in a worker thread, which no deadline can stop).
+        A tool may not take a workflow's name: the SDK would keep the workflow and only log a warning.
         """
+        tool_name = name or fn.__name__
+        if tool_name in self._workflows:
+            raise SagaDefinitionError(
+                f"tool {tool_name!r}: a workflow named {tool_name!r} is already registered"
+            )
         if getattr(fn, "_aegis_wrapped", False) or not inspect.iscoroutinefunction(fn):
             super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
             return
-        tool_name = name or fn.__name__
         runner = self._tool_runner(fn, tool_name)
         super().add_tool(
             runner,
@@ -263,6 +291,11 @@ class AegisMCP(MCPServer[Any]):
             structured_output,
         )
 
+    def remove_tool(self, name: str) -> None:
+        """Remove a tool, or a workflow (which then leaves `workflows`, and its name is free again)."""
+        super().remove_tool(name)
+        self._workflows.pop(name, None)
+
     def _tool_runner(self, fn: Callable[..., Awaitable[Any]], tool_name: str) -> Callable[..., Any]:
         app = self
         own_context = find_context_parameter(fn)
@@ -274,18 +307,24 @@ class AegisMCP(MCPServer[Any]):
                 deadline = request_deadline(_meta(request), app.tool_timeout)
             except InvalidRequestMeta as exc:
                 return error_result(str(exc))
-            try:
-                if deadline == math.inf:
-                    return await fn(**kwargs)
-                return await app._executor.run_named(tool_name, AegisContext(deadline=deadline), fn, **kwargs)
-            except ToolError as exc:
-                return CallToolResult(
-                    content=[TextContent(type="text", text=exc.message)],
-                    structured_content=exc.structured,
-                    is_error=True,
-                )
-            except ToolTimeoutError as exc:
-                return error_result(str(exc))
+            # A clean slate (see aegis_nb.server.routing): called in-process from another server's
+            # workflow step, the tool runs in that caller's context, and the sagas it runs must not
+            # be reported to the caller's request. They are named after the tool.
+            with Observing(None, tool_name):
+                try:
+                    if deadline == math.inf:
+                        return await fn(**kwargs)
+                    return await app._executor.run_named(
+                        tool_name, AegisContext(deadline=deadline), fn, **kwargs
+                    )
+                except ToolError as exc:
+                    return CallToolResult(
+                        content=[TextContent(type="text", text=exc.message)],
+                        structured_content=exc.structured,
+                        is_error=True,
+                    )
+                except ToolTimeoutError as exc:
+                    return error_result(str(exc))
 
         _publish_signature(
             run_tool,

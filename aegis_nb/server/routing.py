@@ -4,6 +4,11 @@ A workflow call runs its sagas in the request's own task, so context variables s
 reach exactly that request's runs (and those of tasks it spawns, which copy the context): the
 engine adds the observer to each run's sinks when the run starts (`run_observers`) and names the
 run after the workflow (`saga_name`).
+
+Every request an `AegisMCP` serves starts from a clean slate, plain tools included: the SDK runs
+an in-process server's request handler in the *sender's* context, so a tool called from another
+server's workflow step would otherwise inherit that workflow's observer and name, and its own
+sagas would be reported (as progress, run id and steps) to the caller's client.
 """
 
 from __future__ import annotations
@@ -19,23 +24,23 @@ Observer = Callable[[SagaEvent], None]
 
 
 class Observing:
-    """Hands the runs started in this task to `observer` and names them `workflow`, while entered.
+    """Hands the runs started in this task to `observer` (None: to no one) and names them `name`.
 
-    A class rather than a generator-based context manager: it is entered on every workflow call,
-    and a generator costs twice as much to enter and leave.
+    A class rather than a generator-based context manager: it is entered on every tool and workflow
+    call, and a generator costs twice as much to enter and leave.
     """
 
-    __slots__ = ("_name_token", "_observer", "_token", "_workflow")
+    __slots__ = ("_name", "_name_token", "_observers", "_token")
     _token: Token[tuple[Sink, ...]]
     _name_token: Token[str]
 
-    def __init__(self, observer: Observer, workflow: str) -> None:
-        self._observer = observer
-        self._workflow = workflow
+    def __init__(self, observer: Observer | None, name: str) -> None:
+        self._observers: tuple[Sink, ...] = () if observer is None else (observer,)
+        self._name = name
 
     def __enter__(self) -> None:
-        self._token = run_observers.set((self._observer,))
-        self._name_token = saga_name.set(self._workflow)
+        self._token = run_observers.set(self._observers)
+        self._name_token = saga_name.set(self._name)
 
     def __exit__(self, *exc_info: object) -> None:
         saga_name.reset(self._name_token)
