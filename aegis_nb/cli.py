@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 Command = Callable[[argparse.Namespace], int]
@@ -20,32 +21,45 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_app(spec: str) -> Any:
-    """``module:attribute`` -> the MCP server it names (a factory is called with no arguments)."""
-    import importlib
+def _load(command: str, spec: str, what: str, wanted: Callable[[Any], bool]) -> Any:
+    """``module:attribute`` -> the object it names, or what it returns when it is a factory.
 
-    from mcp.server.mcpserver import MCPServer
+    A callable that is not `wanted` is called with no arguments; if that fails with a TypeError (it
+    needs arguments), it is reported in one line as not `what`, nor a factory of one. Every error is
+    a `SystemExit` prefixed with ``aegis-nb <command>:``; the caller checks the type it got.
+    """
+    import importlib
 
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise SystemExit(f"aegis-nb serve: expected module:app, got {spec!r}")
+        raise SystemExit(f"aegis-nb {command}: expected module:app, got {spec!r}")
     if "" not in sys.path:
         sys.path.insert(0, "")  # like `python -m`: modules in the current folder are found
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SystemExit(f"aegis-nb serve: cannot import {module_name!r}: {exc}") from None
+        raise SystemExit(f"aegis-nb {command}: cannot import {module_name!r}: {exc}") from None
     try:
         app = getattr(module, attribute)
     except AttributeError:
-        raise SystemExit(f"aegis-nb serve: module {module_name!r} has no attribute {attribute!r}") from None
-    if not isinstance(app, MCPServer) and callable(app):
+        raise SystemExit(
+            f"aegis-nb {command}: module {module_name!r} has no attribute {attribute!r}"
+        ) from None
+    if not wanted(app) and callable(app):
         try:
             app = app()
         except TypeError as exc:
             raise SystemExit(
-                f"aegis-nb serve: {spec!r} is not a server, nor a factory of one: {exc}"
+                f"aegis-nb {command}: {spec!r} is not {what}, nor a factory of one: {exc}"
             ) from None
+    return app
+
+
+def _load_app(spec: str) -> Any:
+    """``module:attribute`` -> the MCP server it names (a factory is called with no arguments)."""
+    from mcp.server.mcpserver import MCPServer
+
+    app = _load("serve", spec, "a server", lambda app: isinstance(app, MCPServer))
     if not isinstance(app, MCPServer):
         raise SystemExit(f"aegis-nb serve: {spec!r} is a {type(app).__name__}, not an MCP server")
     return app
@@ -70,13 +84,17 @@ def _serve(args: argparse.Namespace) -> int:
 def _mock(args: argparse.Namespace) -> int:
     import json
 
-    from aegis_nb.mock import FaultPlan, FaultPlanError, Ledger, TravelAgency
+    from aegis_nb.mock import FaultPlan, FaultPlanError, Ledger, LedgerError, TravelAgency
 
     try:
         plan = FaultPlan.from_json(json.loads(args.faults)) if args.faults else FaultPlan()
     except (ValueError, FaultPlanError) as exc:
         raise SystemExit(f"aegis-nb mock: bad --faults: {exc}") from None
-    agency = TravelAgency(Ledger(args.ledger) if args.ledger else None, faults=plan)
+    try:
+        ledger = Ledger(args.ledger) if args.ledger else None
+    except LedgerError as exc:  # a missing folder, or a file that is not SQLite
+        raise SystemExit(f"aegis-nb mock: bad --ledger: {exc}") from None
+    agency = TravelAgency(ledger, faults=plan)
     return _serve_app(agency.server, args)
 
 
@@ -110,26 +128,30 @@ def _runs(args: argparse.Namespace) -> int:
 
 def _recover(args: argparse.Namespace) -> int:
     """Finish the unfinished runs of a journal, rebuilding steps as the app `module:app` defines them."""
-    import importlib
-
     import anyio
 
-    from aegis_nb.saga.durable import JournalError, RecoveryIncomplete, SqliteJournal
+    from aegis_nb.saga.durable import JournalError, JournalUnavailable, RecoveryIncomplete, SqliteJournal
     from aegis_nb.saga.engine import WorkflowEngine
     from aegis_nb.saga.trace import describe
 
-    module_name, _, attribute = args.app.partition(":")
-    if "" not in sys.path:
-        sys.path.insert(0, "")
-    try:
-        app = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"aegis-nb recover: cannot load {args.app!r}: {exc}") from None
-    if not isinstance(app, WorkflowEngine) and not hasattr(app, "workflow_engine") and callable(app):
-        app = app()
+    # Opening a journal creates it when missing: a mistyped path would "recover 0 runs" and exit 0.
+    # Checked before the app is loaded, so a typo costs no import and leaves no file behind.
+    if not Path(args.journal).is_file():
+        print(
+            f"aegis-nb recover: {JournalUnavailable(args.journal, 'no such journal file')}", file=sys.stderr
+        )
+        return 2
+    module_name = args.app.partition(":")[0]
+    what = "an AegisMCP app or WorkflowEngine"
+    app = _load(
+        "recover",
+        args.app,
+        what,
+        lambda app: isinstance(app, WorkflowEngine) or hasattr(app, "workflow_engine"),
+    )
     engine = app if isinstance(app, WorkflowEngine) else getattr(app, "workflow_engine", None)
     if not isinstance(engine, WorkflowEngine):
-        raise SystemExit(f"aegis-nb recover: {args.app!r} is neither an AegisMCP app nor a WorkflowEngine")
+        raise SystemExit(f"aegis-nb recover: {args.app!r} is a {type(app).__name__}, not {what}")
     registered = engine.journal.resolver.registry if isinstance(engine.journal, SqliteJournal) else {}
     journal = SqliteJournal(args.journal, steps=registered, main_module=module_name)
     # An AegisMCP app's steps may compensate through sessions its own lifespan opens.

@@ -83,3 +83,100 @@ def test_with_tool_returns_a_new_plan_and_leaves_the_old_one() -> None:
     declined = plan.with_tool("charge_card", ToolFaults(declined=True))
     assert plan.to_json() == {}
     assert declined.to_json() == {"charge_card": {"declined": True}}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"cancel_hotel": {"latency": -1}},
+            "cancel_hotel: latency must be a finite number of seconds >= 0, got -1",
+        ),
+        (
+            {"book_flight": {"latency": 0.2}, "reserve_hotel": {"latency": {"uniform": [0.5, 0.1]}}},
+            "reserve_hotel: latency high (0.1) must not be below low (0.5)",
+        ),
+        (
+            {"charge_card": {"latency": {"fixed": "slow"}}},
+            "charge_card: latency must be a finite number of seconds >= 0, got 'slow'",
+        ),
+        (
+            {"refund_card": {"latency": {"exponential": 0}}},
+            "refund_card: an exponential latency needs a positive mean",
+        ),
+        (
+            {"search_flights": {"latency": {"uniform": [0.1, float("inf")]}}},
+            "search_flights: latency high must be a finite number of seconds >= 0, got inf",
+        ),
+        (
+            {"book_flight": {"latency": "slow"}},
+            "book_flight: latency must be seconds or an object, got 'slow'",
+        ),
+        (
+            {"book_flight": {"latency": {"uniform": [1]}}},
+            "book_flight: uniform latency is [low, high], got [1]",
+        ),
+        (
+            {"book_flight": {"latency": {"fixed": 1, "seed": "x"}}},
+            "book_flight: latency seed must be an int, got 'x'",
+        ),
+    ],
+)
+def test_every_bad_latency_names_its_tool_once(data: object, message: str) -> None:
+    with pytest.raises(FaultPlanError) as refused:
+        FaultPlan.from_json(data)
+    assert str(refused.value) == message
+
+
+def test_replacing_one_tools_faults_keeps_the_others_counts_and_generators() -> None:
+    plan = FaultPlan(
+        {
+            "cancel_hotel": ToolFaults(fail_next=2),
+            "book_flight": ToolFaults(latency=Latency.uniform(0.0, 1.0, seed=5), fail_rate=0.5, seed=11),
+            "charge_card": ToolFaults(hang_after_effect=2),
+        }
+    )
+    changed, untouched = FaultState(plan), FaultState(plan)
+
+    def calls(state: FaultState) -> list[object]:
+        return [
+            state.before("cancel_hotel"),
+            state.delay("book_flight"),
+            state.before("book_flight"),
+            state.hangs_after_effect("charge_card"),
+        ]
+
+    assert calls(changed) == calls(untouched)
+    changed.replace_tool("refund_card", ToolFaults(fail_next=1))
+    # The other tools go on where they were, as if nothing had changed.
+    assert [calls(changed) for _ in range(3)] == [calls(untouched) for _ in range(3)]
+    assert changed.before("refund_card") is FaultOutcome.FAIL
+    assert changed.before("refund_card") is FaultOutcome.PROCEED
+    assert changed.plan.to_json() == {**plan.to_json(), "refund_card": {"fail_next": 1}}
+
+
+def test_replacing_a_tools_faults_restarts_only_that_tool() -> None:
+    state = FaultState(FaultPlan({"cancel_hotel": ToolFaults(fail_next=2, latency=Latency.fixed(0.5))}))
+    assert state.before("cancel_hotel") is FaultOutcome.FAIL
+    state.replace_tool("cancel_hotel", ToolFaults(fail_next=3))
+    outcomes = [state.before("cancel_hotel") for _ in range(4)]
+    assert outcomes == [FaultOutcome.FAIL] * 3 + [FaultOutcome.PROCEED]
+    assert state.delay("cancel_hotel") == 0.0
+    state.replace_tool("cancel_hotel", ToolFaults(latency=Latency.uniform(0.0, 1.0, seed=5)))
+    assert state.delay("cancel_hotel") == random.Random(5).uniform(0.0, 1.0)
+
+
+def test_replacing_a_tools_faults_with_bad_ones_changes_nothing() -> None:
+    state = FaultState(FaultPlan({"cancel_hotel": ToolFaults(fail_next=1)}))
+    with pytest.raises(FaultPlanError) as refused:
+        state.replace_tool("book_flight", ToolFaults(declined=True))
+    assert str(refused.value) == "book_flight: only charge_card can decline"
+    with pytest.raises(FaultPlanError) as refused:
+        state.replace_tool("rent_car", ToolFaults())
+    assert str(refused.value).startswith("unknown tool 'rent_car' in fault plan; known: ")
+    assert state.plan.to_json() == {"cancel_hotel": {"fail_next": 1}}
+    assert [state.before(tool) for tool in ("book_flight", "cancel_hotel", "cancel_hotel")] == [
+        FaultOutcome.PROCEED,
+        FaultOutcome.FAIL,
+        FaultOutcome.PROCEED,
+    ]

@@ -156,3 +156,67 @@ def test_a_file_ledger_survives_a_sigkill_of_its_process(tmp_path: Path) -> None
     assert again.id == "FL-0001"
     assert len(reopened.state().flights) == 1
     reopened.close()
+
+
+@pytest.mark.parametrize(
+    ("price", "nights", "message"),
+    [
+        (0, 1, "a booking's price must be positive, got 0 cents"),
+        (-500, None, "a booking's price must be positive, got -500 cents"),
+        (30_000, 0, "a stay must last at least one night, got 0"),
+        (30_000, -2, "a stay must last at least one night, got -2"),
+    ],
+)
+def test_a_booking_without_a_positive_price_or_stay_is_refused_as_a_ledger_error(
+    price: int, nights: int | None, message: str
+) -> None:
+    # The table's CHECK would raise sqlite3.IntegrityError, which callers catching LedgerError miss.
+    ledger = Ledger()
+    with pytest.raises(LedgerError) as refused:
+        ledger.book(BookingKind.HOTEL, "Porto", "Hotel Porto", price, nights=nights, idempotency_key="k")
+    assert str(refused.value) == message
+    assert ledger.state() == LedgerState(flights=(), hotels=(), charges=(), cancellations=0, refunds=0)
+    # Nothing was recorded under the key: a correct booking with it goes through.
+    assert ledger.book(
+        BookingKind.HOTEL, "Porto", "Hotel Porto", 30_000, nights=1, idempotency_key="k"
+    ).id == ("HT-0001")
+
+
+def test_a_path_that_cannot_be_a_ledger_is_refused_as_a_ledger_error(tmp_path: Path) -> None:
+    missing = tmp_path / "missing-dir" / "ledger.db"
+    with pytest.raises(LedgerError) as refused:
+        Ledger(missing)
+    assert str(refused.value) == f"cannot open {str(missing)!r} as a ledger: unable to open database file"
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n" * 100)
+    with pytest.raises(LedgerError) as refused:
+        Ledger(notes)
+    assert str(refused.value) == f"cannot open {str(notes)!r} as a ledger: file is not a database"
+    assert notes.read_text() == "not a database\n" * 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_state_is_one_snapshot_even_when_another_connection_commits_between_its_reads(
+    tmp_path: Path,
+) -> None:
+    # Two processes may share a file ledger. Another connection books a flight and charges for it
+    # exactly when the reader is about to read the charges (the trace callback runs as a statement
+    # starts): a snapshot shows neither, never the charge without its flight.
+    path = tmp_path / "ledger.db"
+    reader, writer = Ledger(path), Ledger(path)
+    written: list[str] = []
+
+    def write_before_the_charges_are_read(sql: str) -> None:
+        if "FROM charges" in sql and not written:
+            written.append(writer.book(BookingKind.FLIGHT, "Lisbon", "AE101", 20_000).id)
+            written.append(writer.charge(20_000, "4242").id)
+
+    reader._db.set_trace_callback(write_before_the_charges_are_read)
+    during = reader.state()
+    reader._db.set_trace_callback(None)
+    assert written == ["FL-0001", "CH-0001"]
+    assert (during.flights, during.charges) == ((), ())
+    after = reader.state()
+    assert ([b.id for b in after.flights], [c.id for c in after.charges]) == (["FL-0001"], ["CH-0001"])
+    reader.close()
+    writer.close()

@@ -117,8 +117,12 @@ class TravelAgency:
         self._faults = FaultState(plan)
 
     def set_tool_faults(self, tool: str, faults: ToolFaults) -> None:
-        """Replace one tool's faults, keeping the others'."""
-        self.set_faults(self._faults.plan.with_tool(tool, faults))
+        """Replace one tool's faults (its counters and generators start afresh), keeping the others'.
+
+        The other tools keep their state too: a compensation planned to fail twice still fails twice
+        in all when another tool's faults change between its calls.
+        """
+        self._faults.replace_tool(tool, faults)
 
     def state(self) -> LedgerState:
         """What is live in the ledger now."""

@@ -2,7 +2,8 @@
 
 A `FaultPlan` is an immutable value (tool name -> `ToolFaults`), checked when built so a typo fails
 loudly instead of silently injecting nothing. The agency turns it into `FaultState` (counters and
-seeded random generators) that it consumes call by call; replacing the plan resets that state.
+seeded random generators) that it consumes call by call; replacing the plan resets that state, while
+replacing one tool's faults resets only that tool's (`FaultState.replace_tool`).
 """
 
 from __future__ import annotations
@@ -87,18 +88,27 @@ class Latency:
 
     @classmethod
     def from_json(cls, data: object, tool: str) -> Latency:
+        """Seconds, or ``{"uniform": [low, high], "seed": 1}`` and the like; errors name `tool`."""
+        # The constructors check the values but know no tool: every error is named here, in one place.
+        try:
+            return cls._parse(data)
+        except FaultPlanError as exc:
+            raise FaultPlanError(f"{tool}: {exc}") from None
+
+    @classmethod
+    def _parse(cls, data: object) -> Latency:
         if isinstance(data, int | float) and not isinstance(data, bool):
             return cls.fixed(data)
         if not isinstance(data, Mapping):
-            raise FaultPlanError(f"{tool}: latency must be seconds or an object, got {data!r}")
+            raise FaultPlanError(f"latency must be seconds or an object, got {data!r}")
         seed = data.get("seed", 0)
         if not isinstance(seed, int) or isinstance(seed, bool):
-            raise FaultPlanError(f"{tool}: latency seed must be an int, got {seed!r}")
+            raise FaultPlanError(f"latency seed must be an int, got {seed!r}")
         kinds = [key for key in ("fixed", "uniform", "exponential") if key in data]
         unknown = set(data) - {"fixed", "uniform", "exponential", "seed"}
         if len(kinds) != 1 or unknown:
             raise FaultPlanError(
-                f"{tool}: latency takes one of fixed, uniform, exponential (and a seed), got {dict(data)}"
+                f"latency takes one of fixed, uniform, exponential (and a seed), got {dict(data)}"
             )
         value = data[kinds[0]]
         if kinds[0] == "fixed":
@@ -106,7 +116,7 @@ class Latency:
         if kinds[0] == "exponential":
             return cls.exponential(value, seed)
         if not (isinstance(value, list | tuple) and len(value) == 2):
-            raise FaultPlanError(f"{tool}: uniform latency is [low, high], got {value!r}")
+            raise FaultPlanError(f"uniform latency is [low, high], got {value!r}")
         return cls.uniform(value[0], value[1], seed)
 
 
@@ -224,6 +234,17 @@ class FaultState:
         self._hang = {tool: f.hang_after_effect for tool, f in plan.tools.items()}
         self._rates = {tool: random.Random(f.seed) for tool, f in plan.tools.items()}
         self._latency = {tool: f.latency.sampler() for tool, f in plan.tools.items() if f.latency is not None}
+
+    def replace_tool(self, tool: str, faults: ToolFaults) -> None:
+        """Swap in `tool`'s new faults; the other tools keep their remaining counts and generators."""
+        self.plan = self.plan.with_tool(tool, faults)  # checks the tool and faults before any change
+        self._fail_next[tool] = faults.fail_next
+        self._hang[tool] = faults.hang_after_effect
+        self._rates[tool] = random.Random(faults.seed)
+        if faults.latency is None:
+            self._latency.pop(tool, None)
+        else:
+            self._latency[tool] = faults.latency.sampler()
 
     def delay(self, tool: str) -> float:
         """Seconds the next call of `tool` waits before acting."""

@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS voided_keys (
 
 
 class LedgerError(AegisError):
-    """A ledger operation was refused (unknown id, wrong kind, voided key); nothing was changed."""
+    """A ledger operation was refused (unknown id, wrong kind, voided key, a bad amount), or the file
+    cannot be opened as a ledger; nothing was changed."""
 
 
 class BookingKind(enum.Enum):
@@ -167,15 +168,34 @@ class Ledger:
         target = ":memory:" if self.path is None else str(self.path)
         # Autocommit mode with explicit BEGIN IMMEDIATE: each call is one write transaction, and two
         # processes sharing a file serialize instead of racing.
-        self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+        # A missing folder or a file that is not SQLite fails here: say which file, in one line.
+        try:
+            self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open {target!r} as a ledger: {exc}") from None
         self._lock = threading.Lock()
-        if self.path is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        try:
+            if self.path is not None:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise LedgerError(f"cannot open {target!r} as a ledger: {exc}") from None
 
     def close(self) -> None:
         self._db.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: every SELECT in it sees the same snapshot, even with another process
+        writing the file between them (WAL keeps the snapshot the first SELECT took)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -201,6 +221,11 @@ class Ledger:
         idempotency_key: str | None = None,
     ) -> Booking:
         """Create a live booking, or return the one already made under `idempotency_key`."""
+        # Checked here, as `charge` does, so the caller gets a LedgerError, not the table's CHECK.
+        if price_cents <= 0:
+            raise LedgerError(f"a booking's price must be positive, got {price_cents} cents")
+        if nights is not None and nights <= 0:
+            raise LedgerError(f"a stay must last at least one night, got {nights}")
         with self._write() as db:
             if idempotency_key is not None:
                 existing = self._booking_by_key(db, kind, idempotency_key)
@@ -307,9 +332,9 @@ class Ledger:
 
     def state(self) -> LedgerState:
         """A consistent snapshot of the live bookings and charges."""
-        with self._lock:
-            bookings = [_booking(row) for row in self._db.execute(f"{_BOOKING_SELECT} ORDER BY seq")]
-            charges = [_charge(row) for row in self._db.execute(f"{_CHARGE_SELECT} ORDER BY seq")]
+        with self._read() as db:
+            bookings = [_booking(row) for row in db.execute(f"{_BOOKING_SELECT} ORDER BY seq")]
+            charges = [_charge(row) for row in db.execute(f"{_CHARGE_SELECT} ORDER BY seq")]
         live = [b for b in bookings if b.status is BookingStatus.LIVE]
         return LedgerState(
             flights=tuple(b for b in live if b.kind is BookingKind.FLIGHT),
