@@ -10,13 +10,19 @@ loop, and the cell ends when the saga does::
     # becomes
     await get_ipython().magics_manager.registry['AegisMagics'].run_async('aegis_saga', 'BookFlight ...', None)
 
-Only lines at the top level of a cell (column 0) are rewritten, and the cell form only when the
-magic is its first line; anything else falls back to the synchronous magic.
+Only lines that start a statement at the top level of a cell (column 0) are rewritten, and the cell
+form only when the magic is its first line; anything else falls back to the synchronous magic. Which
+lines start a statement is decided by tokenizing the cell as IPython does for its own magics, so a
+``%aegis_saga`` line inside a string or a bracket is text, not a magic. The body of another cell
+magic (``%%bash``...) is not Python and is left alone entirely.
 """
 
 from __future__ import annotations
 
 import re
+import tokenize
+
+from IPython.core.inputtransformer2 import make_tokens_by_line
 
 BLOCKING_MAGICS = ("aegis_saga", "aegis_rehearse")
 HOOK = "get_ipython().magics_manager.registry['AegisMagics'].run_async"
@@ -35,11 +41,32 @@ def blocking_transformer(lines: list[str]) -> list[str]:
             return lines
         body = "".join(lines[1:])
         return [f"await {HOOK}({cell[1]!r}, {cell[2]!r}, {body!r})\n"]
-    rewritten = []
-    for line in lines:
-        match = _LINE.match(line.rstrip("\r\n"))
-        if match is None or match[2].rstrip().endswith("?"):
-            rewritten.append(line)
-        else:
-            rewritten.append(f"await {HOOK}({match[1]!r}, {match[2]!r}, None)\n")
+    if lines[0].startswith("%%"):
+        return lines  # another cell magic: its body is that magic's input, not lines of Python
+    try:
+        rows = _statement_rows(lines)
+    except SyntaxError:  # bad indentation: IPython's own transforms report it next, in the same words
+        return lines
+    rewritten = list(lines)
+    for row in rows:
+        match = _LINE.match(lines[row].rstrip("\r\n"))
+        if match is not None and not match[2].rstrip().endswith("?"):
+            rewritten[row] = f"await {HOOK}({match[1]!r}, {match[2]!r}, None)\n"
     return rewritten
+
+
+def _statement_rows(lines: list[str]) -> list[int]:
+    """Indices of the lines that start a statement at column 0 with ``%``.
+
+    IPython's own tokenizer helper groups the tokens by logical line (a string or bracket spanning
+    lines is one), tolerating IPython syntax and unfinished input, as its magic transformer does.
+    """
+    rows = []
+    for logical in make_tokens_by_line(lines):
+        first = next((token for token in logical if token.type not in _LAYOUT), None)
+        if first is not None and first.string == "%" and first.start[1] == 0:
+            rows.append(first.start[0] - 1)
+    return rows
+
+
+_LAYOUT = {tokenize.INDENT, tokenize.DEDENT, tokenize.NL, tokenize.COMMENT}

@@ -5,6 +5,10 @@ Run button. Each press reads the controls (front-end values reach a cell only wh
 older kernels), runs the saga once with a live diagram, then shows the new diagram beside the
 previous outcome and adds a row to the history, which is sorted by deadline so the point where
 "committed" turns into "rolled back" is plain to see.
+
+The controls start at what the magic was given: slider ranges widen to hold a ``--deadline`` or
+``--latency`` beyond their usual ends, and a ``--fail STEP=MESSAGE`` keeps its message whenever that
+step's toggle is on. Controls are per label (``Fly#1``, ``Fly#2``), as in the diagram.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from aegis_nb.notebook.surface import NullSurface
 from aegis_nb.saga.outcome import SagaRun
 
 MAX_LATENCY = 2.0
-"""Seconds at the right end of each latency slider."""
+"""Seconds at the right end of each latency slider (further, if ``--latency`` asked for more)."""
+MIN_DEADLINE = 0.05
+"""Seconds at the left end of the deadline slider, and its step (smaller, if ``--deadline`` asked)."""
 
 
 @dataclass(frozen=True)
@@ -61,17 +67,21 @@ class SagaExplorer:
         self._output = output
         self.trials: list[Trial] = []
         self._pending: set[asyncio.Task[Trial]] = set()
-        names = plan.names
+        names = plan.labels
         initial = settings.deadline if settings.deadline is not None else 1.0
+        # A slider clamps its value into [min, max]: widen the range rather than change what was asked.
+        # Below the usual left end, the given deadline becomes both the left end and the step, so the
+        # slider still lands on it exactly.
+        fine = min(MIN_DEADLINE, initial)
         style = {"description_width": "initial"}
         wide = ipywidgets.Layout(width="min(100%, 480px)")
         self.deadline = ipywidgets.FloatSlider(
             value=initial,
-            min=0.05,
+            min=fine,
             max=max(5.0, 2 * initial),
-            step=0.05,
+            step=fine,
             description="deadline (s)",
-            readout_format=".2f",
+            readout_format=".2f" if initial >= 0.01 else ".2g",  # .2f would show a 0.005 s deadline as 0.00
             style=style,
             layout=wide,
         )
@@ -79,7 +89,7 @@ class SagaExplorer:
             name: ipywidgets.FloatSlider(
                 value=settings.faults.get(name, Fault()).latency,
                 min=0.0,
-                max=MAX_LATENCY,
+                max=max(MAX_LATENCY, settings.faults.get(name, Fault()).latency),
                 step=0.05,
                 description=f"{name} latency (s)",
                 readout_format=".2f",
@@ -123,10 +133,14 @@ class SagaExplorer:
     # -- reading the controls -------------------------------------------------------------------
 
     def settings(self) -> RunSettings:
-        """The run settings the controls show right now."""
+        """The run settings the controls show right now (a failing step keeps its ``--fail`` message)."""
         faults = {
-            name: Fault(fail=self.failing[name].value, latency=float(self.latency[name].value))
-            for name in self._plan.names
+            name: Fault(
+                fail=self.failing[name].value,
+                message=self._base.faults.get(name, Fault()).message if self.failing[name].value else None,
+                latency=float(self.latency[name].value),
+            )
+            for name in self._plan.labels
         }
         return RunSettings(
             faults={name: fault for name, fault in faults.items() if not fault.is_noop},
@@ -153,8 +167,8 @@ class SagaExplorer:
         trial = Trial(
             number=len(self.trials) + 1,
             deadline=settings.deadline,
-            latencies=tuple((name, float(self.latency[name].value)) for name in self._plan.names),
-            failing=tuple(name for name in self._plan.names if self.failing[name].value),
+            latencies=tuple((name, float(self.latency[name].value)) for name in self._plan.labels),
+            failing=tuple(name for name in self._plan.labels if self.failing[name].value),
             run=outcome.run,
         )
         if self.trials:
@@ -184,7 +198,7 @@ class SagaExplorer:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
-        names = ", ".join(self._plan.names)
+        names = ", ".join(self._plan.labels)
         text = f"saga explorer for {self._base.name} ({names}): set the sliders and toggles, then press Run"
         return {WIDGET_MIME: bundle.get(WIDGET_MIME), "text/plain": text}
 

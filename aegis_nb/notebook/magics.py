@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from IPython.core.error import UsageError
@@ -33,6 +33,9 @@ from aegis_nb.notebook.plan import SagaPlan, parse_plan
 from aegis_nb.notebook.runner import DEFAULT_SAGA_NAME, RunSettings, SagaRunner, print_outcome, start_context
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.outcome import SagaRun
+
+if TYPE_CHECKING:  # ipywidgets is imported only when an explorer is built
+    from aegis_nb.notebook.explorer import SagaExplorer
 
 
 @magics_class
@@ -78,12 +81,18 @@ class AegisMagics(Magics):
 
         ``%aegis_saga STEP [STEP ...] [--deadline SECONDS] [--fail STEP[=MESSAGE]] [--latency STEP=SECONDS]
         [--mock travel] [--name NAME] [-o VAR] [--context VAR] [--background | --interactive]``; the cell
-        form lists one step per line, optionally called with arguments: ``BookFlight("Lisbon")``.
+        form lists one step per line, optionally called with arguments: ``BookFlight("Lisbon")``. A
+        step used more than once is ``Fly#1``, ``Fly#2`` in the diagram, and ``--fail Fly#2`` fails
+        only the second use (``--fail Fly`` names every use).
 
         In a notebook the magic blocks its cell until the saga ends; where it cannot (inside a
         function or another magic), use ``--background`` and await the returned run.
         """
         options, plan, settings = self._prepare(line, cell)
+        # Neither form waits for a saga, so neither needs a loop of its own (`x = %aegis_saga ...`
+        # in a kernel, whose loop is running, must work).
+        if options.interactive:
+            return self._explorer(plan, settings, options.output)
         if options.background:
             return self._background(plan, settings, options.output)
         return self._sync("aegis_saga", lambda: self._saga(options, plan, settings))
@@ -96,16 +105,12 @@ class AegisMagics(Magics):
     def _prepare(self, line: str, cell: str | None) -> tuple[SagaOptions, SagaPlan, RunSettings]:
         options = parse_saga_options(line)
         plan = parse_plan(options.steps, cell or "", self.steps, self.namespace)
-        options.check_steps(plan.names)
-        self.runner.check(plan)
-        return options, plan, RunSettings.from_options(options, self.namespace)
+        self.runner.check(plan)  # first: the plan's labels, which the options are resolved to, need it valid
+        return options, plan, RunSettings.from_options(options, plan, self.namespace)
 
     async def _saga(self, options: SagaOptions, plan: SagaPlan, settings: RunSettings) -> Any:
         if options.interactive:
-            from aegis_nb.notebook.explorer import SagaExplorer
-
-            self.runner.bind_mock(settings.mock)
-            return SagaExplorer(self.runner, plan, settings, output=options.output)
+            return self._explorer(plan, settings, options.output)
         if options.background:
             return self._background(plan, settings, options.output)
         self.runner.bind_mock(settings.mock)
@@ -119,6 +124,13 @@ class AegisMagics(Magics):
         self._bind(options.output, outcome.run)
         print_outcome(outcome.run)
         return None
+
+    def _explorer(self, plan: SagaPlan, settings: RunSettings, output: str | None) -> SagaExplorer:
+        """The controls for `plan`; building them runs nothing (each press of Run does)."""
+        from aegis_nb.notebook.explorer import SagaExplorer
+
+        self.runner.bind_mock(settings.mock)
+        return SagaExplorer(self.runner, plan, settings, output=output)
 
     def _background(self, plan: SagaPlan, settings: RunSettings, output: str | None) -> BackgroundRun:
         try:
@@ -185,7 +197,9 @@ class AegisMagics(Magics):
         names = [word for word in words if word != "--stop"]
         if len(names) != 1 or any(word.startswith("-") for word in names):
             raise UsageError("%aegis_watch ENGINE (a WorkflowEngine or an AegisMCP app), or --stop ENGINE")
-        engine = _engine_of(names[0], self.namespace.get(names[0]))
+        if names[0] not in self.namespace:
+            raise UsageError(f"%aegis_watch {names[0]}: there is no variable {names[0]}")
+        engine = _engine_of(names[0], self.namespace[names[0]])
         view = self._watching.pop(id(engine), None)
         if view is not None:
             view.detach(engine)

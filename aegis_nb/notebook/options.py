@@ -13,7 +13,7 @@ import enum
 import keyword
 import math
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -52,7 +52,11 @@ class StepOptions:
 
 @dataclass(frozen=True)
 class SagaOptions:
-    """What ``%aegis_saga STEP ... [options]`` (or its cell form's first line) was given."""
+    """What ``%aegis_saga STEP ... [options]`` (or its cell form's first line) was given.
+
+    ``fail`` and ``latency`` are keyed by step references as written (``Fly`` or ``Fly#2``); they are
+    checked against the saga's steps once it is planned (see `SagaPlan.select`).
+    """
 
     steps: tuple[str, ...] = ()
     deadline: float | None = None
@@ -64,16 +68,6 @@ class SagaOptions:
     context: str | None = None
     background: bool = False
     interactive: bool = False
-
-    def check_steps(self, known: Sequence[str]) -> None:
-        """Every step named by ``--fail`` / ``--latency`` must be one of the saga's steps."""
-        for option, names in (("--fail", self.fail), ("--latency", self.latency)):
-            for name in names:
-                if name not in known:
-                    raise UsageError(
-                        f"{option} names {name!r}, which is not a step of this saga"
-                        f"{did_you_mean(name, known)}; its steps are: {', '.join(known)}"
-                    )
 
 
 @dataclass(frozen=True)
@@ -203,13 +197,13 @@ def parse_saga_options(line: str) -> SagaOptions:
     fail: dict[str, str | None] = {}
     for item in args.fail:
         step, sep, message = item.partition("=")
-        fail[identifier(step, "--fail STEP[=MESSAGE]")] = message if sep else None
+        fail[step_reference(step, "--fail STEP[=MESSAGE]")] = message if sep else None
     latency: dict[str, float] = {}
     for item in args.latency:
         step, sep, seconds = item.partition("=")
         if not sep:
             raise UsageError(f"%aegis_saga: --latency takes STEP=SECONDS, e.g. --latency {step}=0.5")
-        latency[identifier(step, "--latency STEP=SECONDS")] = _parse_seconds(
+        latency[step_reference(step, "--latency STEP=SECONDS")] = _parse_seconds(
             seconds, f"%aegis_saga: --latency {step}=", positive=False
         )
     return SagaOptions(
@@ -248,6 +242,22 @@ def identifier(text: str, what: str) -> str:
     if text.isidentifier() and not keyword.iskeyword(text):
         return text
     raise UsageError(f"{what}: {text!r} is not a valid Python name (letters, digits and _, not a keyword)")
+
+
+def step_reference(text: str, what: str) -> str:
+    """`text` if it can name a step in an option: a Python name, or ``NAME#N`` for one use of a repeat.
+
+    The engine calls the uses of a repeated step ``Fly#1``, ``Fly#2`` (so does the diagram), and
+    ``--fail Fly#2`` must be able to pick the second.
+    """
+    name, sep, number = text.partition("#")
+    numbered = number.isdecimal() and number.isascii() and not number.startswith("0")
+    if (not sep or numbered) and name.isidentifier() and not keyword.iskeyword(name):
+        return text
+    raise UsageError(
+        f"{what}: {text!r} is not a step name (a Python name, or NAME#N for the N-th use of a repeated "
+        "step, as the diagram shows it)"
+    )
 
 
 def _mock(value: str | None, magic: str) -> MockKind | None:

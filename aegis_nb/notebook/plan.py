@@ -8,6 +8,10 @@ lists one step per line, optionally called with Python arguments evaluated in th
     BookFlight("Lisbon")
     ReserveHotel(nights=3)
     ChargeCard
+
+Each position also has a *label*: the engine's unique name for it, as the diagram and the report show
+it (a step used twice is ``BookFlight#1`` and ``BookFlight#2``). Faults are keyed by label, so one use
+of a repeated step can be made to fail on its own.
 """
 
 from __future__ import annotations
@@ -16,13 +20,14 @@ import ast
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from IPython.core.error import UsageError
 
 from aegis_nb.notebook.injection import Fault, inject
 from aegis_nb.notebook.options import did_you_mean
-from aegis_nb.saga.definition import SagaEntry
+from aegis_nb.saga.definition import SagaEntry, normalize_saga
 
 
 @dataclass(frozen=True)
@@ -43,14 +48,41 @@ class SagaPlan:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The names the steps were written as (a repeated step's name repeats)."""
         return tuple(planned.name for planned in self.steps)
 
+    @cached_property
+    def labels(self) -> tuple[str, ...]:
+        """Each position's unique name, as the engine numbers repeats (``Fly#1``, ``Fly#2``).
+
+        Taken from the engine itself rather than recomputed, so the labels always match the diagram
+        and the report. The plan must be a valid saga (`SagaRunner.check` it first).
+        """
+        return tuple(spec.name for spec in normalize_saga(self.entries()))
+
+    def select(self, name: str, option: str) -> tuple[int, ...]:
+        """The positions an option's step name picks out: one by its label, else every use of a name.
+
+        ``Fly#2`` (or any label) picks that one step; ``Fly`` picks every line written as ``Fly``.
+        """
+        if name in self.labels:
+            return (self.labels.index(name),)
+        positions = tuple(index for index, written in enumerate(self.names) if written == name)
+        if not positions:
+            known = sorted({*self.labels, *self.names})
+            raise UsageError(
+                f"{option} names {name!r}, which is not a step of this saga{did_you_mean(name, known)}; "
+                f"its steps are: {', '.join(self.labels)}"
+            )
+        return positions
+
     def entries(self, faults: Mapping[str, Fault] | None = None) -> list[SagaEntry]:
-        """The engine's saga list for one run, with `faults` wrapped around the steps they name."""
-        faults = faults or {}
+        """The engine's saga list for one run, with `faults` (keyed by label) wrapped around their steps."""
+        if not faults:
+            return [(planned.step, planned.args, dict(planned.kwargs)) for planned in self.steps]
         return [
-            (inject(planned.step, faults.get(planned.name, Fault())), planned.args, dict(planned.kwargs))
-            for planned in self.steps
+            (inject(planned.step, faults.get(label, Fault())), planned.args, dict(planned.kwargs))
+            for planned, label in zip(self.steps, self.labels, strict=True)
         ]
 
 

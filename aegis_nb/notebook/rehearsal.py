@@ -9,6 +9,9 @@ booking left live after a rollback, make the scenario unsafe.
 
 Timeouts are the dangerous case, so a timing-out step is made to hang *after* its effect (the tool
 acted, the answer never came): only a step that opted in to being compensated in doubt cleans that up.
+
+Scenarios, faults and columns are per position, named by the engine's labels: with a step used twice
+(``Fly#1``, ``Fly#2``), "the second flight fails after the first was booked" is a scenario of its own.
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ class ScenarioKind(enum.Enum):
 
 @dataclass(frozen=True)
 class Scenario:
-    """One way a run can go: everything works, or one step fails, or one step times out."""
+    """One way a run can go: everything works, or one step fails, or one step times out.
+
+    `step` is the step's label (`SagaPlan.labels`), unique even when a step is used twice.
+    """
 
     kind: ScenarioKind
     step: str | None = None
@@ -203,7 +209,7 @@ class Rehearsal:
 
 
 def scenarios(steps: tuple[str, ...]) -> tuple[Scenario, ...]:
-    """Clean first, then each step failing, then each step timing out, in saga order."""
+    """Clean first, then each step failing, then each step timing out, in saga order (`steps`: labels)."""
     return (
         Scenario(ScenarioKind.CLEAN),
         *(Scenario(ScenarioKind.FAILS, step) for step in steps),
@@ -218,7 +224,7 @@ async def rehearse(
 
     `hang_timeout` is how long a step that hangs after acting is given before it times out.
     """
-    names = plan.names
+    names = plan.labels  # not plan.names: a repeated step must be rehearsed at each of its positions
     tools = runner.bind_mock(settings.mock)
     results = []
     for scenario in scenarios(names):

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping, MutableMapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from IPython.core.error import UsageError
 
@@ -29,10 +29,15 @@ from aegis_nb.saga.recorder import Sink
 
 DEFAULT_SAGA_NAME = "saga"
 
+_V = TypeVar("_V")
+
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What one run gets: faults per step name, a deadline in seconds (None: none), mock tools."""
+    """What one run gets: faults, a deadline in seconds (None: none), mock tools.
+
+    Faults are keyed by step label (`SagaPlan.labels`), so ``Fly#2`` can fail while ``Fly#1`` does not.
+    """
 
     faults: Mapping[str, Fault] = field(default_factory=dict)
     deadline: float | None = None
@@ -41,15 +46,20 @@ class RunSettings:
     context: AegisContext = field(default_factory=AegisContext)
 
     @classmethod
-    def from_options(cls, options: SagaOptions, namespace: Mapping[str, Any]) -> RunSettings:
-        faults: dict[str, Fault] = {}
-        for step in {*options.fail, *options.latency}:
-            fail = step in options.fail
-            faults[step] = Fault(
-                fail=fail,
-                message=options.fail.get(step) if fail else None,
-                latency=options.latency.get(step, 0.0),
+    def from_options(cls, options: SagaOptions, plan: SagaPlan, namespace: Mapping[str, Any]) -> RunSettings:
+        """The settings ``--fail``/``--latency``/... ask for, with each step reference resolved in `plan`.
+
+        A name picks every use of a step and a label (``Fly#2``) one use; where both are given, the
+        label is applied last, so it wins for its step.
+        """
+        fail = _by_position(plan, options.fail, "--fail")
+        latency = _by_position(plan, options.latency, "--latency")
+        faults = {
+            plan.labels[index]: Fault(
+                fail=index in fail, message=fail.get(index), latency=latency.get(index, 0.0)
             )
+            for index in sorted({*fail, *latency})
+        }
         return cls(
             faults=faults,
             deadline=options.deadline,
@@ -57,6 +67,14 @@ class RunSettings:
             name=options.name or DEFAULT_SAGA_NAME,
             context=start_context(options.context, namespace),
         )
+
+
+def _by_position(plan: SagaPlan, given: Mapping[str, _V], option: str) -> dict[int, _V]:
+    """`given` (keyed by step references) keyed by the positions they pick; labels after names."""
+    by_position: dict[int, _V] = {}
+    for step in sorted(given, key=lambda step: step in plan.labels):  # sorted is stable
+        by_position.update(dict.fromkeys(plan.select(step, option), given[step]))
+    return by_position
 
 
 def start_context(variable: str | None, namespace: Mapping[str, Any]) -> AegisContext:
