@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class SagaStatus(enum.Enum):
@@ -38,14 +38,24 @@ class FailureKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
-    """An exception reduced to its type name and (secret-scrubbed) message."""
+    """An exception reduced to its type name and (secret-scrubbed) message.
+
+    `refused` says the exception was a `ToolError` (or a subclass): the tool's own answer that it
+    did not act, so a failed in-doubt step owes no compensation, live or after a crash. It is kept
+    as a flag because recovery reads the journal, where only the type's name would otherwise remain,
+    and a name cannot tell a subclass. It is not part of `SagaReport.to_json` (the MCP shape).
+    """
 
     type: str
     message: str
+    refused: bool = field(default=False, kw_only=True)
 
     @classmethod
     def from_exception(cls, exc: BaseException, secrets: Iterable[str] = ()) -> ErrorInfo:
-        return cls(type(exc).__name__, scrub(str(exc), secrets))
+        # Imported here: kernel.errors imports this module (for SagaReport) at import time.
+        from aegis_nb.kernel.errors import ToolError
+
+        return cls(type(exc).__name__, scrub(str(exc), secrets), refused=isinstance(exc, ToolError))
 
     def __str__(self) -> str:
         return self.message or self.type
@@ -126,8 +136,12 @@ class SagaReport:
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret value replaced by ``***``."""
-    for secret in secrets:
+    """`text` with every secret value replaced by ``***``.
+
+    Longest first: a secret may contain another (a DSN holding a password), and replacing the
+    shorter one first would leave the rest of the longer one in the text.
+    """
+    for secret in sorted(set(secrets), key=len, reverse=True):
         if secret:
             text = text.replace(secret, "***")
     return text

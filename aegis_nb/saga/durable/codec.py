@@ -4,8 +4,9 @@ Every record the journal stores is one JSON object carrying ``"v"`` (the schema 
 written with their metadata as plain JSON, their deadline (``null`` for none), and the run id and
 step position that make up the idempotency key. Secret values are never written: the record keeps
 only *where* secrets were, and decoding puts ``Secret("***")`` there, so a recovered compensation that
-needs a secret must fetch it again. Decoding checks every field and raises `RecordError` saying what
-is wrong; the journal adds the file and the record to that.
+needs a secret must fetch it again. Errors carry ``"refused": true`` only when set (a `ToolError`,
+which recovery must not undo); records without it read as not refused. Decoding checks every field
+and raises `RecordError` saying what is wrong; the journal adds the file and the record to that.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def _redact_at(data: Any, path: tuple[Any, ...]) -> Any:
 
 
 def report_from_json(data: object) -> SagaReport:
-    """The `SagaReport` that `SagaReport.to_json` wrote."""
+    """The `SagaReport` that `report_to_json` (or `SagaReport.to_json`) wrote."""
     obj = _object(data, "report")
     try:
         return SagaReport(
@@ -213,14 +214,35 @@ def _ref(data: object) -> str:
 
 def _error(data: object) -> ErrorInfo:
     obj = _object(data, "error")
-    return ErrorInfo(_str(obj.get("type"), "error type"), _str(obj.get("message"), "error message"))
+    refused = obj.get("refused", False)  # absent in records written before the flag existed
+    if not isinstance(refused, bool):
+        raise RecordError(f"error refused must be true or false, got {refused!r}")
+    return ErrorInfo(
+        _str(obj.get("type"), "error type"), _str(obj.get("message"), "error message"), refused=refused
+    )
+
+
+def _error_to_json(info: ErrorInfo) -> dict[str, object]:
+    """An error as JSON; ``"refused"`` only when set, so most records read as they always did."""
+    if info.refused:
+        return {"type": info.type, "message": info.message, "refused": True}
+    return {"type": info.type, "message": info.message}
+
+
+def report_to_json(report: SagaReport) -> dict[str, object]:
+    """`SagaReport.to_json` with each error's `refused` flag, which that public (MCP) form leaves out."""
+    data = report.to_json()
+    if report.cause is not None and report.cause.refused:
+        data["cause"] = _error_to_json(report.cause)
+    failures = data["compensation_failures"]
+    assert isinstance(failures, list)
+    for failure, item in zip(report.compensation_failures, failures, strict=True):
+        if failure.error.refused:
+            item["error"] = _error_to_json(failure.error)
+    return data
 
 
 # -- events ----------------------------------------------------------------------------------------
-
-
-def _error_to_json(info: ErrorInfo) -> dict[str, str]:
-    return {"type": info.type, "message": info.message}
 
 
 def _deadline_to_json(deadline: float) -> float | None:
@@ -232,7 +254,7 @@ _ENCODERS: Final[Mapping[str, Callable[[Any], Any]]] = MappingProxyType(
         "AegisContext": context_to_json,
         "ErrorInfo": _error_to_json,
         "FailureKind": attrgetter("value"),
-        "SagaReport": SagaReport.to_json,
+        "SagaReport": report_to_json,
         "tuple[str, ...]": list,
     }
 )

@@ -3,11 +3,13 @@
 What recovery does with a run follows from the journal alone (`plan_recovery`, a pure function):
 every step that succeeded is owed a compensation, with the context snapshot its execute returned;
 so is the step that was in flight or had failed, when it opted in as in-doubt (with its input
-context); compensations the journal shows as finished are skipped, and ones the live run already
-gave up on stay given up. A step in flight without an outcome gets a `StepFailed` (kind
-``interrupted``) first, so the history says what happened. Then the shared `roll_back` runs, with the
-engine's retry policy and budget, emitting the same events as a live rollback; the run ends
-`SagaCompensated`, or `SagaStuck` when a compensation still fails. Stuck stays stuck.
+context), unless it failed with a `ToolError`: the tool said it did not act, so, as in the live
+engine, nothing is in doubt (the journal keeps that as the error's ``refused`` flag). Compensations
+the journal shows as finished are skipped, and ones the live run already gave up on stay given up.
+A step in flight without an outcome gets a `StepFailed` (kind ``interrupted``) first, so the history
+says what happened. Then the shared `roll_back` runs, with the engine's retry policy and budget,
+emitting the same events as a live rollback; the run ends `SagaCompensated`, or `SagaStuck` when a
+compensation still fails. Stuck stays stuck.
 
 Compensations may run twice across crashes (at-least-once): each gets the same idempotency key as
 in the live run (``run_id/position``), which is what makes that safe.
@@ -139,7 +141,10 @@ def plan_recovery(run: JournaledRun) -> RecoveryPlan:
     done = set(compensated) | set(given_up)
     owed: list[tuple[StepRecord, AegisContext]] = []
     doubtful = failed if failed is not None else interrupted
-    if doubtful is not None and run.steps[doubtful].in_doubt and doubtful not in done:
+    # As in the live engine: a step whose tool answered that it did not act (a ToolError, journaled
+    # as a refused error) is not in doubt, so it owes nothing even when it opted in as in-doubt.
+    refused = failed is not None and cause.refused
+    if doubtful is not None and run.steps[doubtful].in_doubt and not refused and doubtful not in done:
         before = snapshots.get(doubtful - 1, initial)
         if before is not None:
             owed.append((run.steps[doubtful], before._for_step(run_id, doubtful)))
