@@ -21,7 +21,7 @@ from typing_extensions import TypedDict
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.report import SagaReport, SagaStatus
-from aegis_nb.saga.events import SagaEvent, SagaStarted, StepSucceeded
+from aegis_nb.saga.events import SagaCommitted, SagaEvent, SagaStarted, StepSucceeded
 
 
 class StepTiming(TypedDict):
@@ -102,13 +102,13 @@ def workflow_output_schema() -> dict[str, Any]:
 def committed_result(
     final: AegisContext | None, events: Sequence[SagaEvent], duration: float
 ) -> CallToolResult:
-    """A committed workflow: the last run's steps and final metadata, as structure and as JSON text."""
-    run_id, steps = _last_run(events)
+    """A committed workflow: final metadata and the steps of the run it ended with, as structure and JSON."""
+    run_id = _committed_run(final, events)
     structured: WorkflowResult = {
         "status": "committed",
         "run_id": run_id,
         "metadata": {} if final is None else final.to_json(),
-        "steps": steps,
+        "steps": [] if run_id is None else _timings(events, run_id),
         "duration_ms": _ms(duration),
     }
     # The text block repeats the structure as JSON, for clients that only read content (the MCP
@@ -160,7 +160,14 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
-def _last_run(events: Sequence[SagaEvent]) -> tuple[str | None, list[StepTiming]]:
-    """The run id and step timings of the last run the workflow started (a workflow may run several)."""
-    run_id = next((e.run_id for e in reversed(events) if isinstance(e, SagaStarted)), None)
-    return run_id, [] if run_id is None else _timings(events, run_id)
+def _committed_run(final: AegisContext | None, events: Sequence[SagaEvent]) -> str | None:
+    """The run a committed result describes: the one whose context the workflow ended with.
+
+    A workflow may run several sagas and catch a failed one, so "the last run started" could be
+    one that was rolled back. A final context from none of this call's runs (a fresh one) stands
+    for the last run that committed, if any.
+    """
+    started = {e.run_id for e in events if isinstance(e, SagaStarted)}
+    if final is not None and final.run_id in started:
+        return final.run_id
+    return next((e.run_id for e in reversed(events) if isinstance(e, SagaCommitted)), None)
