@@ -44,6 +44,18 @@ class DeadlineGuard:
         if value != self._deadline:
             self._deadline = self._scope.deadline = value
 
+    def renew(self, deadline: float) -> None:
+        """Swap the scope for a fresh one ending at `deadline`, from inside the guard.
+
+        A scope whose deadline passed stays cancelled even if the call it guarded did not notice
+        (it was shielded), and would cut off the next call at its first await. Call this between
+        calls only: the scope must be the task's innermost one.
+        """
+        self._scope.__exit__(None, None, None)
+        self._scope = anyio.CancelScope(deadline=deadline)
+        self._scope.__enter__()
+        self._deadline = deadline
+
     def begin(self, step: str) -> float:
         """Mark `step` as the running call; returns its start time."""
         self.step = step

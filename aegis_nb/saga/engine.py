@@ -4,8 +4,9 @@ Forward, one cancel scope covers the whole phase and is re-armed only when the d
 (a scope per step would cost ten times the engine itself). Each step gets the context the previous
 one returned, stamped with its idempotency key. On an exception, a timeout, a cancellation or an
 interrupt, every completed step is compensated with the context its own execute returned, under a
-fresh compensation budget and shielded from the cancellation; then the cancellation or interrupt
-propagates unchanged, and any other failure becomes `SagaRolledBack` or `SagaCompensationFailed`.
+fresh compensation budget and shielded from the cancellation (asyncio's native one included, and
+one that arrives mid-rollback); then the cancellation or interrupt propagates unchanged, and any
+other failure becomes `SagaRolledBack` or `SagaCompensationFailed`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from aegis_nb.saga.events import (
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import Journal, RunRecorder, Sink, SinkSet
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import roll_back
+from aegis_nb.saga.rollback import roll_back, run_shielded
 
 _new_step_started = builder(StepStarted)
 _new_step_succeeded = builder(StepSucceeded)
@@ -236,7 +237,6 @@ class _Forward:
             with guard:
                 for spec in self.specs:
                     index, name, step, args, kwargs, timeout, _, _ = spec
-                    running = spec
                     step_input = current._for_step(run_id, index)
                     # Nothing awaits between the last step's end and this one's start: one clock
                     # reading serves both.
@@ -245,7 +245,10 @@ class _Forward:
                     if timeout is not None:
                         guard.deadline = deadline = min(current.deadline, step_started + timeout)
                     if step_started >= deadline:
-                        raise ToolTimeoutError(name, deadline - step_started)
+                        # Refused before it started: not the failed step, and owed no compensation
+                        # even if in doubt. The error names it and says so, for the report's summary.
+                        raise ToolTimeoutError(name, deadline - step_started, "; it was not run")
+                    running = spec
                     # recorder.emit and .publish, inlined: two events per step are most of the
                     # engine's cost, and a call saved on each is measurable.
                     event: SagaEvent = _new_step_started(run_id, len(events), step_started, index, name)
@@ -312,49 +315,66 @@ class _Forward:
         """Record the failure, compensate shielded, then re-raise cancellations or build the error.
 
         `failed` is the step whose execute was running (None if the failure came between steps),
-        `step_input` the context it was given and `step_started` when.
+        `step_input` the context it was given and `step_started` when. The shield holds against
+        native asyncio cancellation too (see `run_shielded`): a caller's ``asyncio.timeout`` still
+        waits for every owed compensation, then gets its cancellation.
         """
-        recorder, clock = self.recorder, self.recorder.clock
         kind = _classify(exc)
         cause = ErrorInfo.from_exception(exc, step_input.secret_values())
+        report = await run_shielded(
+            self._roll_back(exc, kind, cause, started, failed, step_input, step_started)
+        )
+        if kind in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
+            raise exc
+        error_type = SagaCompensationFailed if report.compensation_failures else SagaRolledBack
+        error: SagaFailed = error_type(report)
+        error.__cause__ = exc
+        return SagaRun(tuple(self.recorder.events), None, error, report)
+
+    async def _roll_back(
+        self,
+        exc: BaseException,
+        kind: FailureKind,
+        cause: ErrorInfo,
+        started: float,
+        failed: StepSpec | None,
+        step_input: AegisContext,
+        step_started: float,
+    ) -> SagaReport:
+        """`_fail`'s shielded part: the failure's event, the compensations, the final event."""
+        recorder, clock = self.recorder, self.recorder.clock
         snapshots = self.snapshots
         # Newest first, each with what its own execute returned; zip hands out its pairs lazily.
         owed: Iterable[tuple[StepSpec, AegisContext]]
         owed = zip(reversed(self.specs[: len(snapshots)]), reversed(snapshots), strict=True)
-        with anyio.CancelScope(shield=True):
-            if failed is not None:
-                duration = clock() - step_started
-                if isinstance(exc, ToolTimeoutError):
-                    budget = exc.budget if exc.budget is not None else duration
-                    await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
-                else:
-                    await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
-                # A ToolError is the tool's own answer that it did not act: nothing is in doubt.
-                if failed.in_doubt and not isinstance(exc, ToolError):
-                    owed = chain([(failed, step_input)], owed)
-            result = await roll_back(
-                recorder,
-                owed,
-                default_retry=self.engine.compensation_retry,
-                budget=self.engine.compensation_budget,
-            )
-            status = SagaStatus.STUCK if result.failures else SagaStatus.ROLLED_BACK
-            report = self._report(
-                status,
-                failed=failed,
-                kind=kind,
-                cause=cause,
-                compensated=result.compensated,
-                failures=result.failures,
-            )
-            final = SagaStuck if result.failures else SagaCompensated
-            await recorder.emit(final, self.saga, clock() - started, report)
-        if kind in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
-            raise exc
-        error_type = SagaCompensationFailed if result.failures else SagaRolledBack
-        error: SagaFailed = error_type(report)
-        error.__cause__ = exc
-        return SagaRun(tuple(recorder.events), None, error, report)
+        if failed is not None:
+            duration = clock() - step_started
+            if isinstance(exc, ToolTimeoutError):
+                budget = exc.budget if exc.budget is not None else duration
+                await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
+            else:
+                await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
+            # A ToolError is the tool's own answer that it did not act: nothing is in doubt.
+            if failed.in_doubt and not isinstance(exc, ToolError):
+                owed = chain([(failed, step_input)], owed)
+        result = await roll_back(
+            recorder,
+            owed,
+            default_retry=self.engine.compensation_retry,
+            budget=self.engine.compensation_budget,
+        )
+        status = SagaStatus.STUCK if result.failures else SagaStatus.ROLLED_BACK
+        report = self._report(
+            status,
+            failed=failed,
+            kind=kind,
+            cause=cause,
+            compensated=result.compensated,
+            failures=result.failures,
+        )
+        final = SagaStuck if result.failures else SagaCompensated
+        await recorder.emit(final, self.saga, clock() - started, report)
+        return report
 
     def _report(
         self,

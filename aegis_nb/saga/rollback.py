@@ -6,17 +6,25 @@ process: same budget per attempt, same retry policy, same events.
 Each attempt's context carries an exact deadline (now + budget) for the compensation to honour.
 The engine's own backstop is one cancel scope for the whole rollback, re-armed only when less than
 a budget remains: an attempt is never cancelled before its budget is spent, and at the latest at
-twice it. Arming a timer per attempt would cost more than the rest of the rollback.
+twice it. Arming a timer per attempt would cost more than the rest of the rollback. An attempt that
+outlives the backstop inside a shield of its own is not cut off, but leaves the backstop's scope
+cancelled; the scope is then swapped for a fresh one before anything else awaits.
+
+`anyio.CancelScope(shield=True)` stops only anyio's cancellation. On asyncio a native `Task.cancel()`
+(`asyncio.timeout`, `wait_for`, a cancelled `asyncio.TaskGroup`) goes through it, so the engine runs
+its rollback with `run_shielded`, which stops both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import asyncio
+from collections.abc import Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 import anyio
+import sniffio
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import ToolTimeoutError
@@ -35,6 +43,8 @@ from aegis_nb.saga.retry import RetryPolicy
 
 _new_started = builder(CompensationStarted)
 _new_succeeded = builder(CompensationSucceeded)
+
+T = TypeVar("T")
 
 
 class OwedCompensation(NamedTuple):
@@ -60,7 +70,11 @@ async def roll_back(
     default_retry: RetryPolicy,
     budget: float,
 ) -> RollbackResult:
-    """Compensate `owed` in the order given (callers pass newest first), shielded from cancellation."""
+    """Compensate `owed` in the order given (callers pass newest first), shielded from cancellation.
+
+    The shield is anyio's: on asyncio, call this through `run_shielded` to survive a native
+    `Task.cancel()` as well.
+    """
     rollback = _Rollback(recorder, owed, default_retry, budget)
     with anyio.CancelScope(shield=True):
         while not rollback.done:
@@ -72,6 +86,51 @@ async def roll_back(
             except ToolTimeoutError as exc:
                 await rollback.failed(exc, guard.started_at, None)
     return RollbackResult(tuple(rollback.compensated), tuple(rollback.failures))
+
+
+async def run_shielded(work: Coroutine[Any, Any, T]) -> T:
+    """Await `work` shielded from cancellation, a native asyncio `Task.cancel()` included.
+
+    On asyncio, `Task.cancel()` throws CancelledError into whatever the task awaits, anyio shield
+    or not. So there `work` runs in a task of its own (in a copy of this context, like any task):
+    a CancelledError that lands on this task is held until `work` is done, then raised unchanged.
+    `Task.cancelling()` is left as `cancel()` set it, so `asyncio.timeout` and anyio scopes further
+    out still recognise their cancellation. An exception from `work` wins over a held cancellation,
+    as one raised in a ``finally`` would. Elsewhere the anyio shield is all it takes.
+    """
+    if sniffio.current_async_library() != "asyncio":
+        with anyio.CancelScope(shield=True):
+            return await work
+    task = asyncio.get_running_loop().create_task(_settle(work))
+    cancelled: asyncio.CancelledError | None = None
+    # Keeps an anyio scope outside from re-delivering its cancellation on every loop turn meanwhile.
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.wait((task,))  # unlike `await task`, does not cancel `task` too
+            except asyncio.CancelledError as exc:
+                cancelled = cancelled or exc
+    result, error = task.result()
+    del task
+    try:
+        if error is not None:
+            raise error
+        if cancelled is not None:
+            raise cancelled
+    finally:
+        del error, cancelled  # their tracebacks hold this frame: no cycle through it
+    return cast(T, result)
+
+
+async def _settle(work: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
+    """`work`'s result or exception, to raise in the awaiting task.
+
+    Raised out of a task, a KeyboardInterrupt or SystemExit would stop the event loop instead.
+    """
+    try:
+        return await work, None
+    except BaseException as exc:
+        return None, exc
 
 
 class _Rollback:
@@ -149,6 +208,8 @@ class _Rollback:
                             await step.compensate(ctx)
                     except Exception as exc:
                         self.in_hand = spec, snapshot
+                        if (ended := clock()) >= backstop:  # outlived it in a shield: see below
+                            guard.renew(ended + 2 * budget)
                         retry = await self.failed(exc, now, guard)
                         backstop, sinks, attempt, now = (
                             guard.deadline,
@@ -160,6 +221,12 @@ class _Rollback:
                             continue
                         break
                     now = clock()
+                    if now >= backstop:
+                        # The attempt outlived the backstop in a shield of its own. The scope stays
+                        # cancelled and would cut off the journal write below, then the next attempt
+                        # at its first await, long before its budget is spent.
+                        guard.renew(now + 2 * budget)
+                        backstop = guard.deadline
                     event = _new_succeeded(run_id, len(events), now, index, name, attempt, now - started)
                     if journal is not None:
                         await journal.append(event)

@@ -52,7 +52,7 @@ from aegis_nb.saga.events import (
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import Journal, RunRecorder, SinkSet
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import OwedCompensation, roll_back
+from aegis_nb.saga.rollback import OwedCompensation, roll_back, run_shielded
 
 CRASH = ErrorInfo("ProcessCrashed", "the process running the saga stopped before the run finished")
 """The cause recorded for a run that crashed before anything failed."""
@@ -246,7 +246,8 @@ async def _finish(
     await journal.mark_recovering(run.run_id)
     recorder = RunRecorder(run.run_id, clock, journal, tuple(sink_sets))
     recorder.events.extend(run.events)
-    with anyio.CancelScope(shield=True):
+
+    async def compensate_and_report() -> SagaReport:
         if plan.interrupted is not None:
             index = plan.steps.index(plan.interrupted)
             await recorder.emit(StepFailed, index, plan.interrupted, 0.0, FailureKind.INTERRUPTED, CRASH)
@@ -267,6 +268,11 @@ async def _finish(
         )
         final = SagaStuck if failures else SagaCompensated
         await recorder.emit(final, plan.saga, clock() - started, report)
+        return report
+
+    # Shielded as a live rollback is, against asyncio's native cancellation too.
+    report = await run_shielded(compensate_and_report())
+    failures = report.compensation_failures
     error_type = SagaCompensationFailed if failures else SagaRolledBack
     error: SagaFailed = error_type(report)
     return SagaRun(tuple(recorder.events), None, error, report)

@@ -1,0 +1,279 @@
+"""The rollback finishes whatever lands on it: a native asyncio cancellation, an overrun backstop.
+
+Also: a step the deadline stopped before it started is not the failed step and owes no undo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from contextvars import ContextVar
+
+import anyio
+import pytest
+
+from aegis_nb import (
+    AegisContext,
+    CompensationFailed,
+    FailureKind,
+    InMemoryJournal,
+    RetryPolicy,
+    SagaEvent,
+    SagaRolledBack,
+    SagaRun,
+    SagaStatus,
+    ToolTimeoutError,
+    WorkflowEngine,
+)
+from aegis_nb.saga import fold_report
+from aegis_nb.testing import EventCapture
+from tests.steps import Boom, Calls, Recorded
+
+pytestmark = pytest.mark.anyio
+
+ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", ["asyncio"])  # Task.cancel() is asyncio's own
+BUDGET = 0.05  # seconds; the backstop tests wait out twice this, and have it as their margin
+NO_WAIT = RetryPolicy(attempts=3, initial_delay=0)
+
+ROLLED_BACK_TRAIL = [
+    ("SagaStarted",),
+    ("StepStarted", "flight"),
+    ("StepSucceeded", "flight"),
+    ("StepStarted", "hotel"),
+    ("StepSucceeded", "hotel"),
+    ("StepStarted", "card"),
+    ("StepFailed", "card"),
+    ("CompensationStarted", "hotel"),
+    ("CompensationSucceeded", "hotel"),
+    ("CompensationStarted", "flight"),
+    ("CompensationSucceeded", "flight"),
+    ("SagaCompensated",),
+]
+
+
+class CancelsMidUndo(Recorded):
+    """Its compensation calls `cancel` (the caller's cancellation landing mid-rollback), then awaits on."""
+
+    def __init__(self, name: str, calls: Calls, cancel: Callable[[], object]) -> None:
+        super().__init__(name, calls)
+        self.cancel = cancel
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        self.cancel()
+        await super().compensate(ctx)  # awaits: the cancellation would land here
+        await anyio.lowlevel.checkpoint()
+
+
+def travel(calls: Calls, hotel: Recorded, **card: object) -> list[Recorded]:
+    return [Recorded("flight", calls), hotel, Recorded("card", calls, **card)]  # type: ignore[arg-type]
+
+
+# -- a native asyncio cancellation waits for the rollback ------------------------------------------
+
+
+@ASYNCIO_ONLY
+async def test_a_task_cancel_mid_rollback_waits_for_every_compensation_then_cancels_the_task() -> None:
+    calls, capture = Calls(), EventCapture()
+    tasks: list[asyncio.Task[SagaRun]] = []
+    hotel = CancelsMidUndo("hotel", calls, lambda: tasks[0].cancel())
+    tasks.append(
+        asyncio.create_task(WorkflowEngine(sinks=[capture]).run_saga(travel(calls, hotel, fail="no")))
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[0]
+    assert tasks[0].cancelled()
+    assert capture.trail() == ROLLED_BACK_TRAIL
+    assert calls.trail()[-2:] == [("compensate", "hotel"), ("compensate", "flight")]
+
+
+@ASYNCIO_ONLY
+async def test_an_asyncio_timeout_expiring_mid_rollback_waits_for_it_then_times_out() -> None:
+    calls, capture = Calls(), EventCapture()
+    loop = asyncio.get_running_loop()
+
+    async def saga_under_a_timeout() -> None:
+        async with asyncio.timeout(None) as timeout:
+            hotel = CancelsMidUndo("hotel", calls, lambda: timeout.reschedule(loop.time()))
+            await WorkflowEngine(sinks=[capture]).run_saga(travel(calls, hotel, fail="no"))
+
+    with pytest.raises(TimeoutError) as raised:
+        await saga_under_a_timeout()
+    assert type(raised.value) is TimeoutError  # asyncio.timeout's own: it got its CancelledError back
+    assert capture.trail() == ROLLED_BACK_TRAIL
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0  # the request was counted once, and taken back
+
+
+@ASYNCIO_ONLY
+async def test_a_task_cancel_mid_rollback_is_not_swallowed_by_a_cancelled_anyio_scope_around_it() -> None:
+    # The anyio scope was cancelled first (during the card) and would swallow its own cancellation;
+    # the native one must still get out, as asyncio counts it.
+    calls, capture = Calls(), EventCapture()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def saga_in_a_scope() -> None:
+        with anyio.CancelScope() as scope:
+            hotel = CancelsMidUndo("hotel", calls, lambda: tasks[0].cancel())
+            await WorkflowEngine(sinks=[capture]).run_saga(
+                travel(calls, hotel, hang=True, on_execute=scope.cancel)
+            )
+
+    tasks.append(asyncio.create_task(saga_in_a_scope()))
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[0]
+    assert tasks[0].cancelled()
+    assert capture.trail() == ROLLED_BACK_TRAIL
+    assert capture.events[-1].report.failure_kind is FailureKind.CANCELLED  # type: ignore[union-attr]
+
+
+async def test_an_interrupt_raised_by_a_compensation_reaches_the_caller_unchanged() -> None:
+    # On asyncio the rollback runs in a task of its own, out of which a KeyboardInterrupt would be
+    # thrown out of the event loop rather than to the caller.
+    calls, interrupt = Calls(), KeyboardInterrupt("Ctrl-C during the rollback")
+
+    def press_ctrl_c() -> None:
+        raise interrupt
+
+    hotel = CancelsMidUndo("hotel", calls, press_ctrl_c)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        await WorkflowEngine().run_saga(travel(calls, hotel, fail="no"))
+    assert raised.value is interrupt
+
+
+request_id: ContextVar[str] = ContextVar("request_id", default="none")
+
+
+async def test_compensations_and_sinks_see_the_callers_context_variables() -> None:
+    calls, seen = Calls(), set()
+
+    def note(_: object = None) -> None:
+        seen.add(request_id.get())
+
+    token = request_id.set("request-7")
+    try:
+        run = await WorkflowEngine(sinks=[note]).run_saga(
+            travel(calls, CancelsMidUndo("hotel", calls, note), fail="no")
+        )
+    finally:
+        request_id.reset(token)
+    assert run.status is SagaStatus.ROLLED_BACK
+    assert seen == {"request-7"}
+
+
+# -- a compensation that outlives the backstop in a shield -----------------------------------------
+
+
+class OutlivesTheBackstop(Recorded):
+    """Its first compensation holds a shield of its own (a commit not to be cut in half) past the
+    engine's backstop, then returns, or raises if `then_fail`."""
+
+    def __init__(self, name: str, calls: Calls, *, then_fail: bool = False) -> None:
+        super().__init__(name, calls)
+        self.then_fail = then_fail
+        self.overran = False
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        if self.overran:
+            await super().compensate(ctx)
+            return
+        self.calls.log.append(("compensate", self.name, ctx))
+        self.overran = True
+        backstop = anyio.current_effective_deadline()  # the only scope around a compensation
+        assert backstop <= ctx.deadline + BUDGET  # at most twice the budget away
+        with anyio.CancelScope(shield=True):
+            # Running this long is the scenario itself, not a wait for something to happen.
+            await anyio.sleep_until(backstop + BUDGET / 2)
+        if self.then_fail:
+            raise Boom("hotel cannot be undone yet")
+
+
+class CheckpointingJournal(InMemoryJournal):
+    """Awaits before each write, as a real journal does: a cancelled scope would cut it off."""
+
+    async def append(self, event: SagaEvent) -> None:
+        await anyio.lowlevel.checkpoint()
+        await super().append(event)
+
+
+async def test_a_compensation_that_outlives_the_backstop_leaves_the_next_its_full_budget() -> None:
+    calls, capture = Calls(), EventCapture()
+    engine = WorkflowEngine(
+        compensation_budget=BUDGET, compensation_retry=RetryPolicy.never(), sinks=[capture]
+    )
+    run = await engine.run_saga(travel(calls, OutlivesTheBackstop("hotel", calls), fail="no"))
+    assert capture.trail() == ROLLED_BACK_TRAIL
+    assert run.status is SagaStatus.ROLLED_BACK
+    assert calls.trail()[-2:] == [("compensate", "hotel"), ("compensate", "flight")]
+
+
+async def test_the_success_of_a_compensation_that_outlived_the_backstop_is_journaled() -> None:
+    calls, capture, journal = Calls(), EventCapture(), CheckpointingJournal()
+    engine = WorkflowEngine(
+        compensation_budget=BUDGET, compensation_retry=RetryPolicy.never(), journal=journal, sinks=[capture]
+    )
+    run = await engine.run_saga(travel(calls, OutlivesTheBackstop("hotel", calls), fail="no"))
+    assert capture.trail() == ROLLED_BACK_TRAIL
+    assert journal.events(run.run_id) == tuple(capture.events)
+
+
+async def test_a_compensation_that_outlives_the_backstop_then_fails_is_retried_with_a_fresh_budget() -> None:
+    calls, capture = Calls(), EventCapture()
+    engine = WorkflowEngine(compensation_budget=BUDGET, compensation_retry=NO_WAIT, sinks=[capture])
+    run = await engine.run_saga(travel(calls, OutlivesTheBackstop("hotel", calls, then_fail=True), fail="no"))
+    assert capture.trail()[6:] == [
+        ("StepFailed", "card"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationFailed", "hotel"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationSucceeded", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    failures = [e.error.message for e in capture.events if isinstance(e, CompensationFailed)]
+    assert failures == ["hotel cannot be undone yet"]
+    assert run.status is SagaStatus.ROLLED_BACK
+
+
+# -- a step the deadline stopped before it started -------------------------------------------------
+
+
+class SpendsTheDeadline(Recorded):
+    """Succeeds, handing on a context whose deadline is now: the next step has no time left."""
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        return (await super().execute(ctx)).with_timeout(0)
+
+
+async def test_a_step_stopped_before_it_started_is_not_the_failed_step_and_owes_no_undo_even_in_doubt() -> (
+    None
+):
+    calls, capture = Calls(), EventCapture()
+    steps = [SpendsTheDeadline("seat", calls), Recorded("card", calls, in_doubt=True)]
+    with pytest.raises(SagaRolledBack) as raised:
+        await WorkflowEngine(sinks=[capture]).execute_saga(steps)
+    assert calls.trail() == [("execute", "seat"), ("compensate", "seat")]
+    assert capture.trail() == [
+        ("SagaStarted",),
+        ("StepStarted", "seat"),
+        ("StepSucceeded", "seat"),
+        ("CompensationStarted", "seat"),
+        ("CompensationSucceeded", "seat"),
+        ("SagaCompensated",),
+    ]
+    report = raised.value.report
+    assert (report.failed_step, report.failure_kind, report.succeeded, report.compensated) == (
+        None,
+        FailureKind.TIMEOUT,
+        ("seat",),
+        ("seat",),
+    )
+    assert re.fullmatch(
+        r"step 'card' had no time left: the deadline passed \d+\.\d ms before it started; it was not run"
+        r" — rolled back: seat",
+        report.summary(),
+    )
+    assert report == fold_report(capture.events)
+    assert isinstance(raised.value.__cause__, ToolTimeoutError)
