@@ -80,3 +80,20 @@ class Recorded:
         if self.compensation_failures > 0:
             self.compensation_failures -= 1
             raise Boom(f"{self.name} cannot be undone yet")
+
+
+ROLLED_BACK_TRAIL = [
+    ("SagaStarted",),
+    ("StepStarted", "flight"),
+    ("StepSucceeded", "flight"),
+    ("StepStarted", "hotel"),
+    ("StepSucceeded", "hotel"),
+    ("StepStarted", "card"),
+    ("StepFailed", "card"),
+    ("CompensationStarted", "hotel"),
+    ("CompensationSucceeded", "hotel"),
+    ("CompensationStarted", "flight"),
+    ("CompensationSucceeded", "flight"),
+    ("SagaCompensated",),
+]
+"""The events of the flight, hotel, failing card saga, rolled back in full (`EventCapture.trail`)."""

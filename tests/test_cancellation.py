@@ -7,24 +7,9 @@ import pytest
 
 from aegis_nb import FailureKind, SagaStatus, WorkflowEngine
 from aegis_nb.testing import EventCapture
-from tests.steps import Calls, Recorded
+from tests.steps import ROLLED_BACK_TRAIL, Calls, Recorded
 
 pytestmark = pytest.mark.anyio
-
-ROLLED_BACK_TRAIL = [
-    ("SagaStarted",),
-    ("StepStarted", "flight"),
-    ("StepSucceeded", "flight"),
-    ("StepStarted", "hotel"),
-    ("StepSucceeded", "hotel"),
-    ("StepStarted", "card"),
-    ("StepFailed", "card"),
-    ("CompensationStarted", "hotel"),
-    ("CompensationSucceeded", "hotel"),
-    ("CompensationStarted", "flight"),
-    ("CompensationSucceeded", "flight"),
-    ("SagaCompensated",),
-]
 
 
 def hanging_travel(calls: Calls, on_card: object = None) -> list[Recorded]:

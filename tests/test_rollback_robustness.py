@@ -28,28 +28,13 @@ from aegis_nb import (
 )
 from aegis_nb.saga import fold_report
 from aegis_nb.testing import EventCapture
-from tests.steps import Boom, Calls, Recorded
+from tests.steps import ROLLED_BACK_TRAIL, Boom, Calls, Recorded
 
 pytestmark = pytest.mark.anyio
 
 ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", ["asyncio"])  # Task.cancel() is asyncio's own
 BUDGET = 0.05  # seconds; the backstop tests wait out twice this, and have it as their margin
 NO_WAIT = RetryPolicy(attempts=3, initial_delay=0)
-
-ROLLED_BACK_TRAIL = [
-    ("SagaStarted",),
-    ("StepStarted", "flight"),
-    ("StepSucceeded", "flight"),
-    ("StepStarted", "hotel"),
-    ("StepSucceeded", "hotel"),
-    ("StepStarted", "card"),
-    ("StepFailed", "card"),
-    ("CompensationStarted", "hotel"),
-    ("CompensationSucceeded", "hotel"),
-    ("CompensationStarted", "flight"),
-    ("CompensationSucceeded", "flight"),
-    ("SagaCompensated",),
-]
 
 
 class CancelsMidUndo(Recorded):
