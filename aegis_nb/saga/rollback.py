@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -101,13 +102,18 @@ async def run_shielded(work: Coroutine[Any, Any, T]) -> T:
     if sniffio.current_async_library() != "asyncio":
         with anyio.CancelScope(shield=True):
             return await work
-    task = asyncio.get_running_loop().create_task(_settle(work))
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(_settle(work))
     cancelled: asyncio.CancelledError | None = None
     # Keeps an anyio scope outside from re-delivering its cancellation on every loop turn meanwhile.
     with anyio.CancelScope(shield=True):
         while not task.done():
+            # A future of our own to wait on: cancelling this task cancels it, not `task` (which
+            # `await task` would). Lighter than asyncio.wait, which costs a third of the detour.
+            done = loop.create_future()
+            task.add_done_callback(partial(_wake, done))
             try:
-                await asyncio.wait((task,))  # unlike `await task`, does not cancel `task` too
+                await done
             except asyncio.CancelledError as exc:
                 cancelled = cancelled or exc
     result, error = task.result()
@@ -120,6 +126,11 @@ async def run_shielded(work: Coroutine[Any, Any, T]) -> T:
     finally:
         del error, cancelled  # their tracebacks hold this frame: no cycle through it
     return cast(T, result)
+
+
+def _wake(done: asyncio.Future[None], _: object) -> None:
+    if not done.done():  # a waiter cancelled with its task is left as it is
+        done.set_result(None)
 
 
 async def _settle(work: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
