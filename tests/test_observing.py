@@ -154,3 +154,16 @@ async def test_a_bound_method_can_be_unsubscribed(caplog: pytest.LogCaptureFixtu
     await engine.run_saga([Recorded("flight", Calls())])  # no sink left: neither the panel nor the stream
     assert tuple(panel.seen) == first.events
     assert caplog.records == []
+
+
+async def test_unsubscribing_one_sink_leaves_an_equal_one_and_a_bound_builtin_can_go() -> None:
+    engine, audit, scratch, appended = WorkflowEngine(), EventCapture(), EventCapture(), []
+    for sink in (audit, scratch, appended.append):
+        engine.subscribe(sink)
+    first = await engine.run_saga([Recorded("flight", Calls())])
+    assert audit == scratch  # equal lists, yet two sinks
+    engine.unsubscribe(scratch)
+    engine.unsubscribe(appended.append)
+    second = await engine.run_saga([Recorded("flight", Calls())])
+    assert tuple(audit) == first.events + second.events
+    assert tuple(scratch) == tuple(appended) == first.events

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from types import BuiltinFunctionType, FunctionType, MethodType
+from types import BuiltinFunctionType, BuiltinMethodType, FunctionType, MethodType
 from typing import Any, Protocol
 
 from aegis_nb.kernel.clock import Clock
@@ -50,9 +50,7 @@ class SinkSet:
         self._sinks = (*self._sinks, sink)
 
     def discard(self, sink: Sink) -> None:
-        # Equality, not identity: `obj.method` is a new bound method on every access, and two of
-        # them are equal when they bind the same function to the same object.
-        self._sinks = tuple(s for s in self._sinks if s != sink)
+        self._sinks = tuple(s for s in self._sinks if not same_sink(s, sink))
 
 
 class RunRecorder:
@@ -110,6 +108,21 @@ class RunRecorder:
             type(event).__name__,
         )
         return self.sinks
+
+
+def same_sink(a: Sink, b: Sink) -> bool:
+    """Whether `a` and `b` are the same sink: the same object, or the same method of the same object.
+
+    `obj.method` is a new bound method on every access, so identity alone would never match one;
+    equality would match too much (two `EventCapture` lists holding equal events are equal).
+    """
+    if a is b:
+        return True
+    if isinstance(a, MethodType) and isinstance(b, MethodType):
+        return a.__self__ is b.__self__ and a.__func__ is b.__func__
+    if isinstance(a, BuiltinMethodType) and isinstance(b, BuiltinMethodType):  # `events.append`
+        return a.__self__ is b.__self__ and a.__name__ == b.__name__
+    return False
 
 
 def direct_call(sink: Sink) -> Sink:
