@@ -262,3 +262,41 @@ async def test_a_step_stopped_before_it_started_is_not_the_failed_step_and_owes_
     )
     assert report == fold_report(capture.events)
     assert isinstance(raised.value.__cause__, ToolTimeoutError)
+
+
+class LosesASuccess(InMemoryJournal):
+    """Fails the write of the first step's StepSucceeded: with an error, or by stalling past the deadline."""
+
+    def __init__(self, stall: bool) -> None:
+        super().__init__()
+        self.stall = stall
+
+    async def append(self, event: SagaEvent) -> None:
+        if type(event).__name__ == "StepSucceeded" and event.seq == 2:
+            if self.stall:
+                await anyio.sleep_forever()  # the saga's deadline cuts it off
+            raise OSError("disk full")
+        await super().append(event)
+
+
+@pytest.mark.parametrize("stall", [False, True], ids=["write fails", "write outlasts the deadline"])
+async def test_a_success_the_journal_did_not_record_is_still_in_the_run_and_undone(stall: bool) -> None:
+    calls, capture = Calls(), EventCapture()
+    engine = WorkflowEngine(compensation_retry=RetryPolicy.never(), journal=LosesASuccess(stall))
+    ctx = AegisContext().with_timeout(0.05) if stall else AegisContext()
+    run = await engine.run_saga([Recorded("flight", calls), Recorded("hotel", calls)], ctx, sinks=[capture])
+    assert capture.trail() == [
+        ("SagaStarted",),
+        ("StepStarted", "flight"),
+        ("StepSucceeded", "flight"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    assert tuple(capture) == run.events
+    assert (run.report.succeeded, run.report.compensated, run.report.failed_step) == (
+        ("flight",),
+        ("flight",),
+        None,
+    )
+    assert fold_report(run.events) == run.report

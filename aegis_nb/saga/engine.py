@@ -231,6 +231,7 @@ class _Forward:
         sinks = recorder.sinks  # likewise, until one is detached
         # What _fail needs to know if the step in hand raises.
         running: StepSpec | None = None
+        unrecorded: SagaEvent | None = None  # a StepSucceeded whose journal write has not returned
         step_input = current
         step_started = now = clock()
         try:
@@ -248,7 +249,6 @@ class _Forward:
                         # Refused before it started: not the failed step, and owed no compensation
                         # even if in doubt. The error names it and says so, for the report's summary.
                         raise ToolTimeoutError(name, deadline - step_started, "; it was not run")
-                    running = spec
                     # recorder.emit and .publish, inlined: two events per step are most of the
                     # engine's cost, and a call saved on each is measurable.
                     event: SagaEvent = _new_step_started(run_id, len(events), step_started, index, name)
@@ -261,6 +261,8 @@ class _Forward:
                         except Exception:
                             sinks = recorder.detach(sink, event)
 
+                    # From here on the step may have acted (not if its StepStarted write failed).
+                    running = spec
                     # Unpacking empty args costs as much as the rest of the call: skip it.
                     if args or kwargs:
                         result = await step.execute(step_input, *args, **kwargs)
@@ -277,7 +279,11 @@ class _Forward:
                         run_id, len(events), now, index, name, now - step_started, current
                     )
                     if journal is not None:
+                        # Held here until written: if the write fails or is cut off, the rollback
+                        # still records the success, so the run's events tell what happened.
+                        unrecorded = event
                         await journal.append(event)
+                        unrecorded = None
                         now = clock()  # the write took time
                     events.append(event)
                     for sink in sinks:
@@ -286,7 +292,7 @@ class _Forward:
                         except Exception:
                             sinks = recorder.detach(sink, event)
         except BaseException as exc:
-            return await self._fail(exc, started, running, step_input, step_started)
+            return await self._fail(exc, started, running, step_input, step_started, unrecorded)
         await recorder.emit(SagaCommitted, self.saga, clock() - started, current)
         return SagaRun(tuple(events), current, None)
 
@@ -311,6 +317,7 @@ class _Forward:
         failed: StepSpec | None,
         step_input: AegisContext,
         step_started: float,
+        unrecorded: SagaEvent | None = None,
     ) -> SagaRun:
         """Record the failure, compensate shielded, then re-raise cancellations or build the error.
 
@@ -322,7 +329,7 @@ class _Forward:
         kind = _classify(exc)
         cause = ErrorInfo.from_exception(exc, step_input.secret_values())
         report = await run_shielded(
-            self._roll_back(exc, kind, cause, started, failed, step_input, step_started)
+            self._roll_back(exc, kind, cause, started, failed, step_input, step_started, unrecorded)
         )
         if kind in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
             raise exc
@@ -340,9 +347,16 @@ class _Forward:
         failed: StepSpec | None,
         step_input: AegisContext,
         step_started: float,
+        unrecorded: SagaEvent | None,
     ) -> SagaReport:
-        """`_fail`'s shielded part: the failure's event, the compensations, the final event."""
+        """`_fail`'s shielded part: the failure's event, the compensations, the final event.
+
+        `unrecorded` is a step's success that its journal write did not record: the step did
+        succeed and will be compensated, so the run's events (and sinks) get it first.
+        """
         recorder, clock = self.recorder, self.recorder.clock
+        if unrecorded is not None:
+            recorder.publish(unrecorded)
         snapshots = self.snapshots
         # Newest first, each with what its own execute returned; zip hands out its pairs lazily.
         owed: Iterable[tuple[StepSpec, AegisContext]]
