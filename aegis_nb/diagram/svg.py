@@ -4,7 +4,8 @@ Drawn like the documentation's mermaid picture (the engine and one lifeline per 
 arrows and their replies, a red rollback box holding the `compensate()` arrows, newest first) and
 coloured by outcome. Same model, same bytes: no clock, no randomness, no global counter. Element ids
 derive from the run id and the number of events, so several diagrams inlined in one page never
-share an id; names and error text are escaped. Huge runs are folded by `layout`.
+share an id; names and error text are escaped, and made valid XML text (see `esc`). Huge runs are
+folded by `layout`.
 """
 
 from __future__ import annotations
@@ -76,16 +77,27 @@ FEET_AFTER_ROWS = 16  # taller diagrams repeat the lane heads at the bottom, as 
 WIDE_LANES = 7  # wider diagrams name the step in each label and set it by the step's end
 
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def replace_surrogates(text: str) -> str:
+    """`text` with each lone surrogate made U+FFFD, so that it encodes as UTF-8.
+
+    ``os.fsdecode`` and ``errors="surrogateescape"`` turn undecodable bytes into lone surrogates,
+    which end up in error messages; XML has no place for them and ``str.encode`` refuses them.
+    """
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def esc(text: str) -> str:
-    """Text safe inside an SVG element or attribute."""
-    return escape(_XML_INVALID.sub("", text), quote=True)
+    """Text safe inside an SVG element or attribute: escaped, and only characters XML allows."""
+    return escape(replace_surrogates(_XML_INVALID.sub("", text)), quote=True)
 
 
 def id_prefix(model: SequenceModel) -> str:
     """``aegis-<hash of run id>-<events>``: stable for one state, distinct across runs and states."""
-    digest = hashlib.sha1(model.run_id.encode("utf-8")).hexdigest()[:10]
+    # surrogatepass: a caller's run id may hold lone surrogates too, and must still hash (distinctly).
+    digest = hashlib.sha1(model.run_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"aegis-{digest}-{model.event_count}"
 
 

@@ -6,6 +6,11 @@ at the end. When the run ends, its live output is replaced through the display h
 the static rendering (an ``<img>`` plus text), which a saved notebook keeps; `replay()` then gives a
 slider over the finished run's events.
 
+The view follows one run at a time: another run's events are ignored while it follows one. A run
+that will never end (interrupted mid-rollback, so no final event comes) is given up on when the task
+that started it has finished, or starts another run itself: a task awaits one `run_saga` at a time,
+unless the new run is nested in one of the followed run's steps.
+
 Typical use (what a magic does)::
 
     view = LiveView().show()
@@ -17,8 +22,10 @@ Typical use (what a magic does)::
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
+import anyio
 import ipywidgets  # type: ignore[import-untyped]
 
 from aegis_nb.diagram import SequenceBuilder, SequenceModel, render_svg
@@ -29,7 +36,7 @@ from aegis_nb.notebook.replay import ReplayView
 from aegis_nb.notebook.static import Bundle, static_bundle
 from aegis_nb.notebook.surface import JupyterSurface, Surface
 from aegis_nb.saga.engine import WorkflowEngine
-from aegis_nb.saga.events import FINAL_EVENT_TYPES, SagaEvent, SagaStarted
+from aegis_nb.saga.events import FINAL_EVENT_TYPES, SagaEvent, SagaStarted, StepStarted
 from aegis_nb.saga.trace import describe
 
 DEFAULT_LOG_LINES = 8
@@ -57,7 +64,8 @@ class LiveView:
         static_at_end: bool = True,
     ) -> None:
         self._run_id: str | None = None
-        self._ended = True  # no run yet: the next SagaStarted begins one
+        self._ended = True  # no run followed (none yet, or it ended): the next SagaStarted begins one
+        self._owner: anyio.TaskInfo | None = None  # the task that started the followed run
         self._events: list[SagaEvent] = []
         self._builder = SequenceBuilder()
         self._folded = 0  # how many of `_events` the builder has seen
@@ -103,20 +111,46 @@ class LiveView:
     def __call__(self, event: SagaEvent) -> None:
         """The sink: record `event`, and have the view redrawn soon (right away after the last one)."""
         if event.run_id != self._run_id:
-            if not (self._ended and isinstance(event, SagaStarted)):
-                return  # another run, while this view follows one
-            self._start(event)
+            if not isinstance(event, SagaStarted):
+                return  # not the start of a run: an event of a run this view does not follow
+            caller = _current_task()
+            if not self._ended:
+                if not self._abandoned(caller):
+                    return  # another run, while this view follows one
+                # The followed run will never end: its picture stays as it stopped (static, without
+                # the ticking clock) and the new run gets an output of its own.
+                self._ended = True
+                self._coalescer.flush_now()
+            self._start(event, caller)
         self._events.append(event)
         if type(event) in FINAL_EVENT_TYPES:
             self._ended = True
+            # Now, not in the redraw the coalescer runs later: `replay()` right after the run's
+            # `await` must get this run.
+            self._finished = tuple(self._events)
             self._coalescer.finish()
         else:
             self._coalescer.poke()
 
-    def _start(self, event: SagaStarted) -> None:
+    def _abandoned(self, caller: anyio.TaskInfo | None) -> bool:
+        """Whether the followed (unended) run will never end, as `caller` starts another run.
+
+        Its task has finished, or `caller` is that task: a task awaits one run at a time, so it left
+        the followed one without its final event. Unless a step of the followed run is running: the
+        new run is nested in it. Events fed without a task (by hand) never give a run up.
+        """
+        owner = self._owner
+        if owner is None:
+            return False
+        if _task_finished(owner):  # first: a new task may reuse a finished one's id
+            return True
+        return caller is not None and owner == caller and not isinstance(self._events[-1], StepStarted)
+
+    def _start(self, event: SagaStarted, owner: anyio.TaskInfo | None) -> None:
         if self._coalescer.pending:
             self._coalescer.flush_now()  # the previous run's last redraw (and static swap) first
         self._run_id = event.run_id
+        self._owner = owner
         self._started_at = self._scheduler.now()
         self._ended = False
         self._events = []
@@ -149,11 +183,9 @@ class LiveView:
         svg = render_svg(model)
         recent = [describe(event) for event in self._events[-self._log_lines :]]
         self._html.value = live_html(model, recent, earlier=len(self._events) - len(recent), svg=svg)
-        if self._ended and self._run_id is not None:
-            self._finished = tuple(self._events)
-            if self._static_at_end and self._live:
-                self._surface.replace(static_bundle(model, svg=svg))
-                self._live = False
+        if self._ended and self._run_id is not None and self._static_at_end and self._live:
+            self._surface.replace(static_bundle(model, svg=svg))
+            self._live = False
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -180,3 +212,21 @@ class LiveView:
     def replay(self) -> ReplayView:
         """A slider over the last finished run's events (the current run's, if none finished)."""
         return ReplayView(self._finished or tuple(self._events))
+
+
+def _current_task() -> anyio.TaskInfo | None:
+    """The task delivering an event; None outside one (no event loop: events fed by hand)."""
+    try:
+        return anyio.get_current_task()
+    except RuntimeError:
+        return None
+
+
+def _task_finished(task: anyio.TaskInfo) -> bool:
+    """Whether `task` has finished: its coroutine is closed (anyio offers no other test on both backends)."""
+    coro = task.coro
+    if inspect.iscoroutine(coro):
+        return inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
+    if inspect.isgenerator(coro):
+        return inspect.getgeneratorstate(coro) == inspect.GEN_CLOSED
+    return False  # some other awaitable: nothing to tell, so assume it still runs

@@ -3,6 +3,9 @@
 A widget output shows "model not found" once its kernel is gone, inline ``<svg>`` in HTML is
 sanitized away in untrusted notebooks, and ``image/svg+xml`` is not shown there either. An ``<img>``
 whose source is the SVG as a ``data:`` URI, next to a ``text/plain`` rendering, is shown everywhere.
+
+Every bundle is valid UTF-8 text: lone surrogates (undecodable bytes in an error message) become
+U+FFFD, since the kernel sends bundles as UTF-8 JSON and ``str.encode`` refuses them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from aegis_nb.diagram import (
     render_text,
 )
 from aegis_nb.diagram.labels import STATUS_WORDS, summary
+from aegis_nb.diagram.svg import replace_surrogates
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.outcome import SagaRun
 
@@ -34,7 +38,8 @@ MERMAID_MIME = "text/vnd.mermaid"
 
 def data_uri(svg: str) -> str:
     """``data:image/svg+xml;base64,...`` for an ``<img src>``."""
-    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    data = replace_surrogates(svg).encode("utf-8")
+    return "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
 
 
 def img_html(svg: str, alt: str, *, css_class: str = "aegis-static", note: str | None = None) -> str:
@@ -54,7 +59,12 @@ def static_bundle(model: SequenceModel, *, svg: str | None = None) -> Bundle:
     """
     alt = f"{model.saga}: {STATUS_WORDS[model.status]} — {summary(model)}"
     picture = render_svg(model) if svg is None else svg
-    return {"text/html": img_html(picture, alt), "text/plain": render_text(model)}
+    return _utf8({"text/html": img_html(picture, alt), "text/plain": render_text(model)})
+
+
+def _utf8(bundle: Bundle) -> Bundle:
+    """`bundle` with lone surrogates made U+FFFD in every value, so that it encodes as UTF-8."""
+    return {mime: replace_surrogates(data) for mime, data in bundle.items()}
 
 
 def as_model(source: SagaRun | SequenceModel | Iterable[SagaEvent]) -> SequenceModel:
@@ -106,7 +116,7 @@ class SagaDiagram:
         return static_bundle(self.model)
 
     def __repr__(self) -> str:
-        return self.text
+        return replace_surrogates(self.text)  # printable, like the bundles
 
 
 class GraphView:
@@ -128,7 +138,7 @@ class GraphView:
         text = render_text(self.model)
         if self.rendering.source is GraphSource.FALLBACK and self.rendering.note:
             text = f"{self.rendering.note}\n{text}"
-        return {"text/html": html, "text/plain": text}
+        return _utf8({"text/html": html, "text/plain": text})
 
 
 class MermaidView:
@@ -140,4 +150,4 @@ class MermaidView:
         self.source = source
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Bundle:
-        return {MERMAID_MIME: self.source, "text/plain": self.source}
+        return _utf8({MERMAID_MIME: self.source, "text/plain": self.source})

@@ -11,6 +11,7 @@ async def cancel_flight(ctx, destination):
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -39,12 +40,13 @@ class FunctionStep:
         _require_async(execute, "execute")
         self._execute = execute
         self._compensate: CompensateFn | None = None
-        self.name = name or execute.__name__
+        function = _unwrapped(execute)
+        self.name = name or _name_of(function, execute)
         self.timeout = timeout
         self.compensation_retry = compensation_retry
         self.in_doubt = in_doubt
         self.read_only = read_only
-        self.__doc__ = execute.__doc__
+        self.__doc__ = function.__doc__
 
     def compensation(self, fn: CompensateFn) -> CompensateFn:
         """Decorator: attach the function that undoes this step (returned unchanged)."""
@@ -103,3 +105,20 @@ def step(
 def _require_async(fn: object, what: str) -> None:
     if not inspect.iscoroutinefunction(fn):
         raise SagaDefinitionError(f"{what} must be an `async def` function, got {fn!r}")
+
+
+def _unwrapped(fn: object) -> object:
+    """The function a `functools.partial` wraps (partials have neither a name nor its docstring)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
+
+
+def _name_of(function: object, execute: object) -> str:
+    """`function`'s name, for the step made of `execute`; refused when there is none to use."""
+    name = getattr(function, "__name__", None)
+    if not isinstance(name, str) or not name:
+        raise SagaDefinitionError(
+            f"cannot tell the name of step {execute!r}: give it one with @step(name=...)"
+        )
+    return name

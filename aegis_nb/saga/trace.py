@@ -1,8 +1,13 @@
-"""One readable line per event, for terminals, logs and `make demo`."""
+"""One readable line per event, for terminals, logs and `make demo`.
+
+Names and error text are the user's, and may hold newlines (a validation error, a traceback) or lone
+surrogates (undecodable bytes from ``os.fsdecode``): `_flat` puts them on one printable line.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -19,9 +24,20 @@ from aegis_nb.saga.events import (
     StepTimedOut,
 )
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
+
+
+def _flat(text: object) -> str:
+    """`text` on one line (each run of whitespace one space), lone surrogates made U+FFFD.
+
+    What `aegis_nb.diagram.labels.one_line` does, plus what a UTF-8 terminal needs; kept here
+    because the saga layer may not import the diagram layer.
+    """
+    return _SURROGATES.sub("\ufffd", " ".join(str(text).split()))
 
 
 def describe(event: SagaEvent) -> str:
@@ -29,27 +45,32 @@ def describe(event: SagaEvent) -> str:
     match event:
         case SagaStarted():
             limit = "no deadline" if event.deadline == math.inf else "deadline set"
-            return f"saga {event.saga} started: {' -> '.join(event.steps)} ({limit})"
+            steps = " -> ".join(map(_flat, event.steps))
+            return f"saga {_flat(event.saga)} started: {steps} ({limit})"
         case StepStarted():
-            return f"  -> {event.step}.execute()"
+            return f"  -> {_flat(event.step)}.execute()"
         case StepSucceeded():
-            return f"  <- {event.step} ok ({_ms(event.duration)})"
+            return f"  <- {_flat(event.step)} ok ({_ms(event.duration)})"
         case StepFailed():
-            return f"  x  {event.step} {event.kind.value}: {event.error} ({_ms(event.duration)})"
+            error = _flat(event.error)
+            return f"  x  {_flat(event.step)} {event.kind.value}: {error} ({_ms(event.duration)})"
         case StepTimedOut():
-            return f"  x  {event.step} timed out after {_ms(event.duration)} (budget {_ms(event.budget)})"
+            budget = _ms(event.budget)
+            return f"  x  {_flat(event.step)} timed out after {_ms(event.duration)} (budget {budget})"
         case CompensationStarted():
             again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
-            return f"  <~ {event.step}.compensate(){again}"
+            return f"  <~ {_flat(event.step)}.compensate(){again}"
         case CompensationSucceeded():
-            return f"  ~> {event.step} undone ({_ms(event.duration)})"
+            return f"  ~> {_flat(event.step)} undone ({_ms(event.duration)})"
         case CompensationFailed():
             then = "will retry" if event.will_retry else "giving up"
-            return f"  !! {event.step} compensation failed: {event.error} ({then})"
+            return f"  !! {_flat(event.step)} compensation failed: {_flat(event.error)} ({then})"
         case SagaCommitted():
-            return f"saga {event.saga} committed in {_ms(event.duration)}"
+            return f"saga {_flat(event.saga)} committed in {_ms(event.duration)}"
         case SagaCompensated():
-            return f"saga {event.saga} rolled back in {_ms(event.duration)}: {event.report.summary()}"
+            summary = _flat(event.report.summary())
+            return f"saga {_flat(event.saga)} rolled back in {_ms(event.duration)}: {summary}"
         case SagaStuck():
-            return f"saga {event.saga} STUCK after {_ms(event.duration)}: {event.report.summary()}"
+            summary = _flat(event.report.summary())
+            return f"saga {_flat(event.saga)} STUCK after {_ms(event.duration)}: {summary}"
     raise TypeError(f"not a saga event: {event!r}")  # pragma: no cover
