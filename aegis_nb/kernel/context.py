@@ -28,11 +28,22 @@ class AegisContext:
     _step_index: int | None
 
     def __init__(self, metadata: Mapping[str, Any] | None = None, *, deadline: float = math.inf) -> None:
-        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or math.isnan(deadline):
+        """`deadline` is on the loop clock.
+
+        An int too large for a float is no deadline (``inf``); one too small is long past (``-inf``).
+        """
+        if hasattr(self, "_deadline"):  # a second __init__ would lengthen the deadline in place
+            raise AttributeError(
+                "AegisContext is immutable; use with_metadata() (tried to call __init__ again)"
+            )
+        # The default (what most callers pass) skips the checks.
+        seconds = math.inf if deadline is math.inf else _number(deadline)
+        if seconds is None:
             raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
-        frozen = freeze_mapping(metadata) if metadata else {}
-        object.__setattr__(self, "_metadata", FrozenDict._trusted(frozen))
-        object.__setattr__(self, "_deadline", float(deadline))
+        # `is None`, not falsiness: [] or "" must be rejected as any other non-mapping is.
+        frozen = _EMPTY if metadata is None else FrozenDict._trusted(freeze_mapping(metadata))
+        object.__setattr__(self, "_metadata", frozen)
+        object.__setattr__(self, "_deadline", seconds)
         object.__setattr__(self, "_run_id", None)
         object.__setattr__(self, "_step_index", None)
 
@@ -95,20 +106,26 @@ class AegisContext:
         return _assemble(FrozenDict._trusted(merged), self._deadline, self._run_id, self._step_index)
 
     def with_deadline(self, deadline: float) -> AegisContext:
-        """A new context whose deadline is the earlier of the current one and `deadline`."""
-        if isinstance(deadline, bool) or not isinstance(deadline, int | float) or math.isnan(deadline):
+        """A new context whose deadline is the earlier of the current one and `deadline`.
+
+        An int too large for a float is later than any deadline, so it changes nothing.
+        """
+        if (number := _number(deadline)) is None:
             raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
-        if deadline >= self._deadline:
+        if number >= self._deadline:
             return self
-        return _assemble(self._metadata, float(deadline), self._run_id, self._step_index)
+        return _assemble(self._metadata, number, self._run_id, self._step_index)
 
     def with_timeout(self, seconds: float) -> AegisContext:
-        """A new context due `seconds` from now, unless the current deadline is earlier."""
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or math.isnan(seconds):
+        """A new context due `seconds` from now, unless the current deadline is earlier.
+
+        An int too large for a float is an endless timeout, so it changes nothing.
+        """
+        if (number := _number(seconds)) is None:
             raise TypeError(f"timeout must be a number of seconds, got {seconds!r}")
-        if seconds < 0:
+        if number < 0:
             raise ValueError(f"timeout must not be negative, got {seconds!r}")
-        return self.with_deadline(anyio.current_time() + seconds)
+        return self.with_deadline(anyio.current_time() + number)
 
     # Generated below the class, as fast as a constructor: the engine derives one per step.
     _for_step: Callable[[str, int], AegisContext]
@@ -123,6 +140,13 @@ class AegisContext:
 
     def __delattr__(self, name: str) -> NoReturn:
         raise AttributeError("AegisContext is immutable")
+
+    # Immutable, so a copy is the context itself; without these, copy would go through __reduce__.
+    def __copy__(self) -> AegisContext:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AegisContext:
+        return self
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, AegisContext):
@@ -148,6 +172,24 @@ class AegisContext:
     def __reduce__(self) -> NoReturn:
         raise TypeError("AegisContext is not pickled; journals store to_json() instead")
 
+
+def _number(value: object) -> float | None:
+    """`value` as a float, or None when it is no number (a bool, NaN, a str...).
+
+    An int beyond float range becomes an infinity of its sign instead of raising OverflowError:
+    a deadline later than any float clock reading is no deadline at all.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    return None if math.isnan(number) else number
+
+
+_EMPTY = FrozenDict._trusted({})
+"""The metadata of every context built without any (immutable, so one is enough)."""
 
 # The engine derives a context per step: built the way `record` classes are, 3x cheaper than
 # setting immutable slots one by one.

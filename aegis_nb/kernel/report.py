@@ -136,12 +136,29 @@ class SagaReport:
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret value replaced by ``***``.
+    r"""`text` with every secret value replaced by ``***``, as written and as escaped.
+
+    Error text often shows a value escaped: a `KeyError`'s message is the key's ``repr``, where a
+    backslash, quote or newline in a password comes out as ``\\``, ``\'`` or ``\n``, and JSON
+    escapes it likewise. So each secret's ``repr``, ``ascii`` and JSON forms are replaced too.
 
     Longest first: a secret may contain another (a DSN holding a password), and replacing the
     shorter one first would leave the rest of the longer one in the text.
     """
-    for secret in sorted(set(secrets), key=len, reverse=True):
+    import json  # only this function of the module needs it
+
+    forms: set[str] = set()
+    for secret in secrets:
         if secret:
-            text = text.replace(secret, "***")
+            forms.update(
+                (
+                    secret,
+                    repr(secret)[1:-1],
+                    ascii(secret)[1:-1],
+                    json.dumps(secret)[1:-1],
+                    json.dumps(secret, ensure_ascii=False)[1:-1],
+                )
+            )
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, "***")
     return text

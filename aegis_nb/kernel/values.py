@@ -26,6 +26,8 @@ class Secret:
     _value: str
 
     def __init__(self, value: str) -> None:
+        if hasattr(self, "_value"):  # a second __init__ would swap the value in place
+            raise AttributeError("Secret is immutable (tried to call __init__ again)")
         if not isinstance(value, str):
             raise TypeError(f"Secret wraps a str, got {type(value).__name__}")
         object.__setattr__(self, "_value", value)
@@ -36,6 +38,16 @@ class Secret:
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("Secret is immutable")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("Secret is immutable")
+
+    # Immutable, so a copy is the value itself; without these, copy would go through __reduce__.
+    def __copy__(self) -> Secret:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Secret:
+        return self
 
     def __repr__(self) -> str:
         return f"Secret({REDACTED!r})"
@@ -60,6 +72,8 @@ class FrozenDict(Mapping[str, Any]):
     _hash: int | None
 
     def __init__(self, data: Mapping[str, Any] = {}) -> None:
+        if hasattr(self, "_data"):  # a second __init__ would swap the contents in place
+            raise AttributeError("FrozenDict is immutable (tried to call __init__ again)")
         object.__setattr__(self, "_data", freeze_mapping(data))
         object.__setattr__(self, "_hash", None)
 
@@ -97,11 +111,34 @@ class FrozenDict(Mapping[str, Any]):
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("FrozenDict is immutable")
 
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("FrozenDict is immutable")
+
+    # Immutable, so a copy is the value itself; without these, copy would go through __reduce__.
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+    def __reduce__(self) -> NoReturn:
+        """Refused, like `AegisContext` and `Secret`: metadata leaves the process only as JSON.
+
+        Pickling would otherwise work or fail depending on whether a `Secret` sits somewhere inside.
+        """
+        raise TypeError("FrozenDict is not pickled; journals store thaw()'s JSON instead")
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FrozenDict):
             return self._data == other._data
         if isinstance(other, Mapping):
-            return self._data == dict(other)
+            # Compared frozen, as this side is: a list must match the tuple it is stored as.
+            if len(other) != len(self._data):
+                return False
+            try:
+                return self._data == freeze_mapping(other)
+            except TypeError:  # not JSON-compatible, so unlike any FrozenDict
+                return False
         return NotImplemented
 
     def __hash__(self) -> int:
