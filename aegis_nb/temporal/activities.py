@@ -3,7 +3,14 @@
 Each rebuilds its step from the locator (`saga.durable.locator`: a registered name, a module-level
 object, or a class and its JSON attributes), moves the context's deadline from workflow time onto
 this process's loop clock, runs the call under it with the `ToolExecutor`, and heartbeats meanwhile
-so that Temporal notices a dead worker and runs the attempt elsewhere.
+so that Temporal notices a dead worker and runs the attempt elsewhere. The heartbeats come from a
+thread: a step that blocks the event loop (a synchronous HTTP call) is busy, not dead, and must not
+be run a second time.
+
+Temporal cancels an activity with a native `Task.cancel()`, which goes through anyio shields. So
+the call runs in a task of its own inside a cancel scope, and the activity's cancellation is passed
+on by cancelling that scope, as the engine's caller would: what the step shields finishes, and a
+step that completes anyway is reported completed (the workflow then compensates it).
 
 Every error the step raises goes back as a non-retryable `ApplicationError` of the same type name
 and message (secret-scrubbed), because whether to go on is the workflow's decision, not Temporal's.
@@ -13,11 +20,18 @@ The original exception is not chained: its traceback would land in Temporal's hi
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import math
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
+import anyio
 from temporalio import activity
+from temporalio.bridge.proto import ActivityHeartbeat
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
 
 from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
@@ -29,13 +43,20 @@ from aegis_nb.saga.durable.locator import StepResolver
 from aegis_nb.temporal.names import COMPENSATE_ACTIVITY, EXECUTE_ACTIVITY
 from aegis_nb.temporal.plan import StepCall, convert_deadline, restamp, wall_clock
 
+T = TypeVar("T")
+
 
 class SagaActivities:
-    """The activities of one worker; `resolver` holds the steps registered with it by name."""
+    """The activities of one worker; `resolver` holds the steps registered with it by name.
+
+    `worker` is the `temporalio.worker.Worker` running them (set by `saga_worker`), whose core
+    takes heartbeats from any thread.
+    """
 
     def __init__(self, resolver: StepResolver) -> None:
         self._resolver = resolver
         self._executor = ToolExecutor()
+        self.worker: Worker | None = None
 
     @activity.defn(name=EXECUTE_ACTIVITY)
     async def execute(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -80,28 +101,96 @@ class SagaActivities:
             if call.limit is None
             else AegisContext(deadline=convert_deadline(call.limit, source=wall_clock, target=loop_clock()))
         )
-        beat = asyncio.create_task(_heartbeat())
+        scope = anyio.CancelScope()
+
+        async def guarded() -> Any:
+            with scope:
+                return await self._executor.run_named(
+                    call.name, limit, method, ctx, *call.args, **call.kwargs
+                )
+            return None  # cut off by the scope: `_outlasting` re-raises the activity's cancellation
+
+        heartbeat = self._heartbeat()
         try:
-            return await self._executor.run_named(call.name, limit, method, ctx, *call.args, **call.kwargs)
+            return await _outlasting(asyncio.ensure_future(guarded()), scope)
         except Exception as exc:
             raise _reported(exc, ctx) from None
         finally:
-            beat.cancel()
+            if heartbeat is not None:
+                heartbeat.stop()
+
+    def _heartbeat(self) -> _Heartbeat | None:
+        """Heartbeats for the running activity, three per heartbeat timeout, from a thread of their own."""
+        timeout = activity.info().heartbeat_timeout
+        if timeout is None:
+            return None
+        send: Callable[[], object]
+        # The SDK's `activity.heartbeat` needs the event loop, which a blocking step holds; the
+        # worker's core records a heartbeat from any thread and sends it from threads of its own.
+        # That door is private (temporalio 1.35): tests/test_temporal_parity.py fails if it closes.
+        record = getattr(getattr(self.worker, "_bridge_worker", None), "record_activity_heartbeat", None)
+        if callable(record):
+            send = partial(record, ActivityHeartbeat(task_token=activity.info().task_token))
+        else:  # an SDK without that door: heartbeat through the loop, as the SDK does
+            loop, context = asyncio.get_running_loop(), contextvars.copy_context()
+            send = partial(loop.call_soon_threadsafe, context.run, activity.heartbeat)
+        return _Heartbeat(send, max(timeout.total_seconds() / 3, 0.05))
+
+
+class _Heartbeat:
+    """Calls `send` now and every `interval` seconds, in a daemon thread, until `stop`."""
+
+    def __init__(self, send: Callable[[], object], interval: float) -> None:
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(send, interval), name="aegis-nb heartbeat", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self, send: Callable[[], object], interval: float) -> None:
+        try:
+            send()
+            while not self._stopped.wait(interval):
+                send()
+        except Exception:  # the worker is shutting down: there is nothing left to keep alive
+            return
+
+    def stop(self) -> None:
+        """Stop beating; returns once no heartbeat is being sent (none must outlive the activity)."""
+        self._stopped.set()
+        self._thread.join(timeout=1.0)
+
+
+async def _outlasting(task: asyncio.Future[T], scope: anyio.CancelScope) -> T:
+    """`task`'s result, a native cancellation of this task being passed on to `scope`, anyio-style.
+
+    The task is awaited to its end even so: the step's shields hold, and if it completes anyway its
+    result stands. The cancellation is re-raised only if the scope did cut the step off.
+    """
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait((task,))
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+            scope.cancel()
+    if cancelled is not None and scope.cancelled_caught:
+        raise cancelled
+    return task.result()
 
 
 def _reported(exc: Exception, ctx: AegisContext) -> ApplicationError:
-    """`exc` as the workflow will see it: type name, scrubbed message, and what kind of failure."""
-    details = {"tool_error": isinstance(exc, ToolError), "timeout": isinstance(exc, ToolTimeoutError)}
+    """`exc` as the workflow will see it: type name, scrubbed message, and what kind of failure.
+
+    The details say whether the tool refused (a `ToolError`), whether it timed out and with which
+    budget, and which attempt this was (a later one means an earlier one's worker was lost).
+    """
+    details: dict[str, Any] = {
+        "tool_error": isinstance(exc, ToolError),
+        "timeout": isinstance(exc, ToolTimeoutError),
+        "attempt": activity.info().attempt,
+    }
+    if isinstance(exc, ToolTimeoutError) and exc.budget is not None and math.isfinite(exc.budget):
+        details["budget"] = exc.budget
     message = scrub(str(exc), ctx.secret_values())
     return ApplicationError(message, details, type=type(exc).__name__, non_retryable=True)
-
-
-async def _heartbeat() -> None:
-    """Tell Temporal this worker is alive, three times per heartbeat timeout."""
-    timeout = activity.info().heartbeat_timeout
-    if timeout is None:
-        return
-    interval = max(timeout.total_seconds() / 3, 0.05)
-    while True:
-        activity.heartbeat()
-        await asyncio.sleep(interval)

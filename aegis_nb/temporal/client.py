@@ -64,7 +64,8 @@ class TemporalSagaRunner:
     """Runs sagas on Temporal with the engine's rules; holds the rollback defaults, like `WorkflowEngine`.
 
     `steps` names the steps registered on the workers (``saga_worker(..., steps=[...])``), so that
-    they travel by name; every other step must be rebuildable from its import path.
+    they travel by name (two objects of one name: a mapping, each under a key of its own); every
+    other step must be rebuildable from its import path.
     """
 
     def __init__(

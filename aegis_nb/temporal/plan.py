@@ -30,7 +30,7 @@ from aegis_nb.saga.durable.codec import (
     json_problem,
 )
 from aegis_nb.saga.durable.errors import StepNotRecoverable
-from aegis_nb.saga.durable.locator import StepLocator, StepResolver
+from aegis_nb.saga.durable.locator import StepLocator, StepResolver, one_object_per_registered_name
 from aegis_nb.saga.retry import RetryPolicy
 
 _HOW_TO = (
@@ -182,8 +182,12 @@ def retry_from_json(data: Mapping[str, Any]) -> RetryPolicy:
 
 
 def plan_steps(saga: str, specs: Sequence[StepSpec], resolver: StepResolver) -> tuple[StepPlan, ...]:
-    """Each checked entry as a `StepPlan`; `StepNotRecoverable` naming the step a worker could not run."""
-    plans = []
+    """Each checked entry as a `StepPlan`; `StepNotRecoverable` naming the step a worker could not run.
+
+    Two different objects located by one registered name are refused too: the worker would run the
+    registered one for both entries.
+    """
+    plans: list[StepPlan] = []
     for spec in specs:
         where = f"saga {saga!r}, entry {spec.index} ({spec.name})"
         located = resolver.locate(spec.step)
@@ -206,6 +210,13 @@ def plan_steps(saga: str, specs: Sequence[StepSpec], resolver: StepResolver) -> 
                 spec.in_doubt,
             )
         )
+    one_object_per_registered_name(
+        saga,
+        specs,
+        [plan.locator for plan in plans],
+        rebuilder="a Temporal worker",
+        registration="saga_worker(..., steps={keys}) and TemporalSagaRunner(..., steps=the same)",
+    )
     return tuple(plans)
 
 

@@ -29,17 +29,20 @@ def saga_worker(
     """A worker for sagas started by `TemporalSagaRunner` on `task_queue`; run it with ``async with``.
 
     `steps` registers step objects by name (for steps holding clients or connections, which cannot
-    be rebuilt from JSON); the runner must register the same names. Other steps are rebuilt from
-    their import path. `worker_options` go to `temporalio.worker.Worker` as they are.
+    be rebuilt from JSON); the runner must register the same names. Two different objects of one
+    name need a mapping, each under a key of its own (a list of them raises `ValueError`). Other
+    steps are rebuilt from their import path. `worker_options` go to `temporalio.worker.Worker` as they are.
     """
     resolver = StepResolver(steps, main_module=main_module)
     activities = SagaActivities(resolver)
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
     worker_options.setdefault("workflow_runner", SandboxedWorkflowRunner(restrictions=restrictions))
-    return Worker(
+    worker = Worker(
         client,
         task_queue=task_queue,
         workflows=[SagaWorkflow],
         activities=[activities.execute, activities.compensate],
         **worker_options,
     )
+    activities.worker = worker  # its core takes the activities' heartbeats from their own thread
+    return worker

@@ -12,9 +12,13 @@ engine's (`saga.engine`, `saga.rollback`):
   `CompensationStarted`/`CompensationFailed` events and the step's `RetryPolicy` backoff is a
   durable workflow timer. Temporal's own activity retries are kept for what is not the step's
   fault: a worker that died or stopped heartbeating (the attempt runs again elsewhere, with the same
-  idempotency key);
-- a workflow cancellation reaches the running step, the rollback runs shielded from it, and the
-  workflow then ends cancelled, the outcome left in its memo (a cancelled workflow has no result).
+  idempotency key), at most `WORKER_LOSS_ATTEMPTS` times. A step whose attempt was lost may have
+  acted, so it is owed its compensation when it finally fails, in doubt or not;
+- a step refused before it starts (no time left, or the workflow cancelled between steps) was not
+  run: it is neither the failed step nor compensated, as in the engine;
+- a workflow cancellation reaches the running step (a step that completes all the same counts as
+  succeeded, and is compensated), the rollback runs shielded from it, and the workflow then ends
+  cancelled, the outcome left in its memo (a cancelled workflow has no result).
 """
 
 from __future__ import annotations
@@ -29,7 +33,13 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy as TemporalRetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutError,
+    TimeoutType,
+)
 
 with workflow.unsafe.imports_passed_through():
     from aegis_nb.kernel.context import AegisContext
@@ -66,29 +76,39 @@ BACKSTOP_GRACE = 1.0
 NO_DEADLINE_ATTEMPT = timedelta(days=1)
 """How long one attempt of a step without any deadline may run (Temporal needs some timeout)."""
 
+WORKER_LOSS_ATTEMPTS = 5
+"""Attempts of one activity when its workers keep getting lost (a step that crashes its process every
+time, say): past that, the step fails, and is compensated, since each lost attempt may have acted."""
+
 # Only a lost worker (heartbeat or start-to-close timeout) is retried by Temporal: every error the
 # step raises comes back non-retryable, because failing the step is the saga's decision.
 _WORKER_LOSS_RETRY = TemporalRetryPolicy(
-    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5), maximum_attempts=0
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=WORKER_LOSS_ATTEMPTS,
 )
 
 
 class _StepError(Exception):
-    """A step's failure as the workflow knows it: the error it reported, and how to treat it."""
+    """A step's failure as the workflow knows it: the error it reported, and how to treat it.
+
+    `info.refused` says the step's tool did not act (a `ToolError`); `lost` says an attempt's worker
+    was lost, so the step may have acted whatever its last attempt said.
+    """
 
     def __init__(
         self,
         info: ErrorInfo,
         kind: FailureKind,
         *,
-        tool_error: bool = False,
         budget: float | None = None,
+        lost: bool = False,
     ) -> None:
         super().__init__(str(info))
         self.info = info
         self.kind = kind
-        self.tool_error = tool_error
-        self.budget = budget  # for a timeout: the time the step was given
+        self.budget = budget  # for a timeout: the time the step was given (None: its duration)
+        self.lost = lost
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -142,17 +162,19 @@ class _Run:
         step_input, step_started = current, workflow.time()
         try:
             for step in plan.steps:
-                running = step
                 step_input = restamp(current, current.deadline, recorder.run_id, step.index)
                 step_started = workflow.time()
                 limit = current.deadline
                 if step.timeout is not None:
                     limit = min(limit, step_started + step.timeout)
+                # Refused before it starts, as the engine does: not the failed step, and owed no
+                # compensation even if in doubt. The error says so, for the report's summary.
                 if step_started >= limit:
-                    raise ToolTimeoutError(step.name, limit - step_started)
-                await recorder.emit(StepStarted, step.index, step.name)
+                    raise ToolTimeoutError(step.name, limit - step_started, "; it was not run")
                 if workflow.cancellation_reason() is not None:
-                    raise asyncio.CancelledError  # requested between steps: this one never ran
+                    raise asyncio.CancelledError  # requested between steps: the next one is not run
+                running = step
+                await recorder.emit(StepStarted, step.index, step.name)
                 result = await self._execute(step, step_input, limit, step_started)
                 current = self._accept(step_input, result)
                 self.snapshots.append(current)
@@ -174,17 +196,18 @@ class _Run:
         overall = None
         if limit != math.inf:
             overall = timedelta(seconds=max(limit - workflow.time(), 0.0) + BACKSTOP_GRACE)
+        handle = workflow.start_activity(
+            EXECUTE_ACTIVITY,
+            call.to_json(),
+            heartbeat_timeout=timedelta(seconds=self.plan.heartbeat_timeout),
+            retry_policy=_WORKER_LOSS_RETRY,
+            # The rollback must not start while the step may still be acting.
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            start_to_close_timeout=per_attempt,
+            schedule_to_close_timeout=overall,
+        )
         try:
-            result = await workflow.execute_activity(
-                EXECUTE_ACTIVITY,
-                call.to_json(),
-                heartbeat_timeout=timedelta(seconds=self.plan.heartbeat_timeout),
-                retry_policy=_WORKER_LOSS_RETRY,
-                # The rollback must not start while the step may still be acting.
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                start_to_close_timeout=per_attempt,
-                schedule_to_close_timeout=overall,
-            )
+            result = await self._cancelling(handle)
         except ActivityError as exc:
             raise _step_error(exc, step.name, limit - step_started) from None
         try:
@@ -206,20 +229,20 @@ class _Run:
         step_started: float,
     ) -> dict[str, Any]:
         recorder, plan = self.recorder, self.plan
-        kind, cause, tool_error = _describe(exc)
+        error = _describe(exc)
+        kind, cause = error.kind, error.info
         if kind is FailureKind.CANCELLED:
             self.cancel_seen = True
         owed = list(zip(reversed(plan.steps[: len(self.snapshots)]), reversed(self.snapshots), strict=True))
         if failed is not None:
             duration = workflow.time() - step_started
             if kind is FailureKind.TIMEOUT:
-                budget = getattr(exc, "budget", None)
-                if budget is None:
-                    budget = duration
+                budget = duration if error.budget is None else error.budget
                 await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
             else:
                 await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
-            if failed.in_doubt and not tool_error:
+            # A ToolError is the tool's word that this attempt did not act; a lost attempt may have.
+            if (failed.in_doubt and not cause.refused) or error.lost:
                 owed.insert(0, (failed, step_input))
         await self._roll_back(owed)
         # The events say what was undone and what was not, exactly as the engine's report does.
@@ -283,6 +306,26 @@ class _Run:
             retry_policy=_WORKER_LOSS_RETRY,
         )
 
+    async def _cancelling(self, handle: workflow.ActivityHandle[Any]) -> Any:
+        """The step activity's outcome; a workflow cancellation meanwhile is passed on to it, then awaited.
+
+        Awaited directly, the SDK drops an outcome that arrives in the same workflow task as the
+        cancellation and raises `CancelledError` instead: a step that completed would count as cut
+        off mid-flight and go uncompensated. So the activity is shielded, and told to cancel only if
+        it is still running once all that came with the cancellation has landed (conditions are
+        checked only when nothing else is ready to run).
+        """
+        while True:
+            try:
+                return await asyncio.shield(handle)
+            except asyncio.CancelledError:
+                if handle.cancelled():  # cancelled before it was scheduled: it never ran
+                    raise
+                self.cancel_seen = True
+                await workflow.wait_condition(lambda: True)
+                if not handle.done():
+                    handle.cancel()
+
     async def _shielded(self, start: Callable[[], Awaitable[Any]]) -> Any:
         """Await what `start` begins, even if the workflow is cancelled meanwhile: a rollback finishes."""
         task = asyncio.ensure_future(start())
@@ -299,15 +342,15 @@ def _finite(value: float) -> float | None:
     return None if value == math.inf else value
 
 
-def _describe(exc: BaseException) -> tuple[FailureKind, ErrorInfo, bool]:
-    """How the forward phase failed, and whether the step said it did not act (a `ToolError`)."""
+def _describe(exc: BaseException) -> _StepError:
+    """How the forward phase failed, as a `_StepError` whatever raised."""
     if isinstance(exc, _StepError):
-        return exc.kind, exc.info, exc.tool_error
+        return exc
     if isinstance(exc, ToolTimeoutError):
-        return FailureKind.TIMEOUT, ErrorInfo.from_exception(exc), False
+        return _StepError(ErrorInfo.from_exception(exc), FailureKind.TIMEOUT, budget=exc.budget)
     if isinstance(exc, asyncio.CancelledError | CancelledError):
-        return FailureKind.CANCELLED, _cancelled(), False
-    return FailureKind.ERROR, ErrorInfo.from_exception(exc), False
+        return _StepError(_cancelled(), FailureKind.CANCELLED)
+    return _StepError(ErrorInfo.from_exception(exc), FailureKind.ERROR)
 
 
 def _cancelled() -> ErrorInfo:
@@ -320,16 +363,40 @@ def _step_error(exc: ActivityError, name: str, budget: float) -> _StepError:
     cause = exc.cause
     if isinstance(cause, CancelledError):
         return _StepError(_cancelled(), FailureKind.CANCELLED)
+    if isinstance(cause, TimeoutError) and cause.type in _LOST:
+        # Every attempt's worker stopped answering: the attempts may have acted, none said so.
+        info = ErrorInfo(
+            "WorkerLost",
+            f"step {name!r}: its worker stopped answering, "
+            f"{_WORKER_LOSS_RETRY.maximum_attempts} attempts in a row",
+        )
+        return _StepError(info, FailureKind.ERROR, lost=True)
     if isinstance(cause, TimeoutError):  # the server's backstop: the worker never answered in time
         info = ErrorInfo.from_exception(ToolTimeoutError(name, budget))
         return _StepError(info, FailureKind.TIMEOUT, budget=budget)
     if isinstance(cause, ApplicationError):
         details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
-        info = ErrorInfo(cause.type or "ApplicationError", cause.message)
+        info = ErrorInfo(
+            cause.type or "ApplicationError", cause.message, refused=bool(details.get("tool_error"))
+        )
+        # An attempt after the first means an earlier one's worker was lost, maybe after acting.
+        lost = int(details.get("attempt", 1)) > 1
         if details.get("timeout"):
-            return _StepError(info, FailureKind.TIMEOUT, budget=budget)
-        return _StepError(info, FailureKind.ERROR, tool_error=bool(details.get("tool_error")))
+            # The step's own budget (a tool's timeout, or its deadline as the worker measured it).
+            step_budget = details.get("budget")
+            return _StepError(
+                info,
+                FailureKind.TIMEOUT,
+                budget=None if step_budget is None else float(step_budget),
+                lost=lost,
+            )
+        return _StepError(info, FailureKind.ERROR, lost=lost)
     return _StepError(ErrorInfo.from_exception(cause or exc), FailureKind.ERROR)
+
+
+_LOST = (TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE)
+"""Timeouts of one attempt (its worker died or stopped heartbeating), which Temporal retries: one of
+these as the final cause means the retries ran out."""
 
 
 def _outcome(recorder: RunRecorder) -> dict[str, Any]:

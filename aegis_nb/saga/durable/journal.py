@@ -47,7 +47,7 @@ from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.batches import Batch, BatchWriter
 from aegis_nb.saga.durable.codec import encode_event, json_problem
 from aegis_nb.saga.durable.errors import JournalError, JournalUnavailable, StepNotRecoverable
-from aegis_nb.saga.durable.locator import LocatorKind, StepLocator, StepResolver
+from aegis_nb.saga.durable.locator import StepLocator, StepResolver, one_object_per_registered_name
 from aegis_nb.saga.durable.runs import JournaledRun, decode_run, encode_steps
 from aegis_nb.saga.durable.store import EventRow, JournalFile, NewRun, RecoveryMark, Row, RunInfo
 from aegis_nb.saga.events import (
@@ -197,7 +197,7 @@ class SqliteJournal:
         """Refuse the run unless recovery could rebuild every step; then queue the run's row."""
         specs = tuple(specs)
         locators = tuple(self._locate(saga, spec) for spec in specs)
-        _one_object_per_registered_name(saga, specs, locators)
+        one_object_per_registered_name(saga, specs, locators)
         await self.open()
         self._live[run_id] = _LiveRun(frozenset(s.index for s in specs if s.in_doubt), len(specs) - 1)
         self._pending.queue(NewRun(run_id, saga, encode_steps(specs, locators)))
@@ -332,27 +332,3 @@ async def _written(batch: Batch) -> None:
         with anyio.CancelScope(shield=True):
             await batch.written.wait()
         raise
-
-
-def _one_object_per_registered_name(
-    saga: str, specs: Sequence[StepSpec], locators: Sequence[StepLocator]
-) -> None:
-    """Refuse a run in which two different objects would both be rebuilt as one registered step.
-
-    A step is found by name when it is registered, or is of the registered step's class and name
-    (a fresh instance holding a new client, say). Recovery compensates it with the registered
-    object, which is right for one of them at most: the other (the Hilton beside the registered
-    Ritz) would be undone at the wrong place.
-    """
-    first_by_name: dict[str, StepSpec] = {}
-    for spec, locator in zip(specs, locators, strict=True):
-        if locator.kind is not LocatorKind.NAME:
-            continue
-        first = first_by_name.setdefault(locator.target, spec)
-        if first.step is not spec.step:
-            raise StepNotRecoverable(
-                f"saga {saga!r}: steps {first.name!r} and {spec.name!r} are two objects that recovery "
-                f"would both rebuild as the step registered as {locator.target!r}; register each "
-                f"under a key of its own: SqliteJournal(path, steps={{{locator.target!r}: ..., "
-                f"'another key': ...}})"
-            )

@@ -19,13 +19,14 @@ import enum
 import importlib
 import inspect
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType, ModuleType
 from typing import Any
 
 from aegis_nb.kernel.records import record
-from aegis_nb.saga.definition import step_name
+from aegis_nb.saga.definition import StepSpec, step_name
 from aegis_nb.saga.durable.codec import RecordError, json_problem
+from aegis_nb.saga.durable.errors import StepNotRecoverable
 from aegis_nb.saga.functional import FunctionStep
 
 _HOW_TO = (
@@ -78,6 +79,8 @@ class StepResolver:
 
     `main_module` is where ``__main__:X`` steps are looked up when this process's ``__main__`` is
     not the script that ran them (``aegis-nb recover ... module:app`` passes the app's module).
+    Steps given as a list go by their names, so two different objects of one name are refused
+    (`ValueError`): only one could be found again, and the other's entries would run it.
     """
 
     def __init__(
@@ -86,8 +89,9 @@ class StepResolver:
         *,
         main_module: str | None = None,
     ) -> None:
-        items = steps.items() if isinstance(steps, Mapping) else ((step_name(s), s) for s in steps)
-        self._registry: Mapping[str, object] = MappingProxyType(dict(items))
+        self._registry: Mapping[str, object] = MappingProxyType(
+            dict(steps) if isinstance(steps, Mapping) else _by_name(steps)
+        )
         self._registered_ids = {id(step): name for name, step in self._registry.items()}
         self.main_module = main_module
         # Per-journal caches (the locator of a class or module-level object does not change).
@@ -199,6 +203,50 @@ class StepResolver:
                 return self._import(f"{self.main_module}:{qualname}")
             raise LookupError(f"{ref} cannot be found: {module_name} has no {qualname}") from None
         return obj
+
+
+def one_object_per_registered_name(
+    saga: str,
+    specs: Sequence[StepSpec],
+    locators: Sequence[StepLocator],
+    *,
+    rebuilder: str = "recovery",
+    registration: str = "SqliteJournal(path, steps={keys})",
+) -> None:
+    """Refuse a run in which two different objects would both be rebuilt as one registered step.
+
+    A step is found by name when it is registered, or is of the registered step's class and name
+    (a fresh instance holding a new client, say). Whoever rebuilds it (`rebuilder`: recovery, a
+    Temporal worker) uses the registered object, which is right for one of them at most: the other
+    (the Hilton beside the registered Ritz) would be acted on or undone at the wrong place.
+    `registration` shows where to register each under a key of its own (``{keys}``: an example).
+    """
+    first_by_name: dict[str, StepSpec] = {}
+    for spec, locator in zip(specs, locators, strict=True):
+        if locator.kind is not LocatorKind.NAME:
+            continue
+        first = first_by_name.setdefault(locator.target, spec)
+        if first.step is not spec.step:
+            keys = f"{{{locator.target!r}: ..., 'another key': ...}}"
+            raise StepNotRecoverable(
+                f"saga {saga!r}: steps {first.name!r} and {spec.name!r} are two objects that {rebuilder} "
+                f"would both rebuild as the step registered as {locator.target!r}; register each "
+                f"under a key of its own: {registration.replace('{keys}', keys)}"
+            )
+
+
+def _by_name(steps: Iterable[object]) -> dict[str, object]:
+    """Steps registered in a list, by name; the same object twice is fine, two of one name are not."""
+    registry: dict[str, object] = {}
+    for step in steps:
+        name = step_name(step)
+        if registry.setdefault(name, step) is not step:
+            raise ValueError(
+                f"two different steps are registered under the name {name!r}: a listed step is found "
+                f"again by its name, so only one of them could be; register them under keys of their "
+                f"own instead: steps={{{name!r}: ..., 'another key': ...}}"
+            )
+    return registry
 
 
 def _import_module(name: str) -> ModuleType:
