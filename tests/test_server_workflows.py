@@ -18,9 +18,10 @@ from aegis_nb.kernel.values import Secret
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.server.app import AegisMCP, Transport, _request_context
+from aegis_nb.server.app import AegisMCP, Transport
 from aegis_nb.server.deadline import TIMEOUT_META_KEY
 from aegis_nb.server.routing import Observing
+from aegis_nb.server.signature import request_context
 
 pytestmark = pytest.mark.anyio
 
@@ -508,9 +509,9 @@ async def test_a_workflow_can_be_called_without_a_client() -> None:
 def test_the_request_context_is_read_where_the_sdk_context_keeps_it() -> None:
     request: Any = object()  # stands in for the SDK's ServerRequestContext
     served: Context[Any, Any] = Context(request_context=request)
-    assert _request_context(served) is served.request_context is request
-    assert _request_context(Context()) is None
-    assert _request_context(None) is None
+    assert request_context(served) is served.request_context is request
+    assert request_context(Context()) is None
+    assert request_context(None) is None
 
 
 async def test_servers_sharing_an_engine_report_each_step_once() -> None:

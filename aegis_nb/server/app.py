@@ -26,8 +26,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 import anyio
-from mcp.server.context import ServerRequestContext
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from mcp.types import CallToolResult, Icon, TextContent, ToolAnnotations
 
@@ -44,6 +43,7 @@ from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_
 from aegis_nb.server.progress import RequestObserver, progress_sender
 from aegis_nb.server.results import committed_result, error_result, failed_result, workflow_output_schema
 from aegis_nb.server.routing import Observing
+from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,9 +52,6 @@ DEFAULT_WORKFLOW_TIMEOUT = 300.0
 
 DEFAULT_TOOL_TIMEOUT = 60.0
 """Seconds a plain tool call may run unless the server says otherwise."""
-
-_REQUEST_PARAM = "aegis_request"
-"""Name of the SDK `Context` parameter added to the functions we register (it is not in the schema)."""
 
 
 class Transport(enum.Enum):
@@ -168,7 +165,7 @@ class AegisMCP(MCPServer[Any]):
             limit = self.workflow_timeout if timeout is _UNSET else check_timeout(timeout, "timeout")
             spec = Workflow(workflow_name, fn, limit)
             runner = self._workflow_runner(spec, own_context)
-            _publish_signature(
+            publish_signature(
                 runner,
                 params[1:],
                 dict[str, Any],
@@ -202,8 +199,8 @@ class AegisMCP(MCPServer[Any]):
         app = self
 
         async def run_workflow(**kwargs: Any) -> CallToolResult:
-            sdk_context = kwargs.pop(_REQUEST_PARAM) if own_context is None else kwargs[own_context]
-            request = _request_context(sdk_context)
+            sdk_context = kwargs.pop(REQUEST_PARAM) if own_context is None else kwargs[own_context]
+            request = request_context(sdk_context)
             clock = loop_clock()  # resolved once: the deadline and both ends of the timing read it
             started = clock()
             try:
@@ -302,9 +299,9 @@ class AegisMCP(MCPServer[Any]):
         signature = inspect.signature(fn, eval_str=True)
 
         async def run_tool(**kwargs: Any) -> Any:
-            request = kwargs.pop(_REQUEST_PARAM) if own_context is None else kwargs[own_context]
+            request = kwargs.pop(REQUEST_PARAM) if own_context is None else kwargs[own_context]
             try:
-                deadline = request_deadline(_meta(request), app.tool_timeout)
+                deadline = request_deadline(request_meta(request), app.tool_timeout)
             except InvalidRequestMeta as exc:
                 return error_result(str(exc))
             # A clean slate (see aegis_nb.server.routing): called in-process from another server's
@@ -326,7 +323,7 @@ class AegisMCP(MCPServer[Any]):
                 except ToolTimeoutError as exc:
                     return error_result(str(exc))
 
-        _publish_signature(
+        publish_signature(
             run_tool,
             list(signature.parameters.values()),
             signature.return_annotation,
@@ -368,35 +365,6 @@ def _transport(value: Transport | str) -> Transport:
         raise ValueError(f"unknown transport {value!r}: use 'stdio' or 'http'") from None
 
 
-def _meta(request: Context[Any, Any] | None) -> Mapping[str, Any] | None:
-    context = _request_context(request)
-    return None if context is None else context.meta
-
-
-def _request_context(request: Context[Any, Any] | None) -> ServerRequestContext[Any, Any] | None:
-    """The SDK's context of the request being served, if any.
-
-    `Context` keeps it in a pydantic private attribute, and reading one through pydantic's
-    ``__getattr__`` costs ~4 µs (~6 µs amid a busy server) on every call: it is read from the
-    model's private store instead, with the public property as the fallback should the SDK
-    rename it.
-    """
-    if request is None:
-        return None
-    private = getattr(request, "__pydantic_private__", None)
-    if isinstance(private, dict) and _SDK_REQUEST_ATTRIBUTE in private:
-        found: ServerRequestContext[Any, Any] | None = private[_SDK_REQUEST_ATTRIBUTE]
-        return found
-    try:
-        return request.request_context
-    except ValueError:  # called outside a request (e.g. MCPServer.call_tool without a context)
-        return None
-
-
-_SDK_REQUEST_ATTRIBUTE = "_request_context"
-"""Where the SDK's `Context` keeps the request context (`Context.request_context` reads it)."""
-
-
 def _final_context(returned: object, events: list[SagaEvent]) -> AegisContext | None:
     """The context a workflow ends with: the one it returned, else the last committed run's."""
     if isinstance(returned, AegisContext):
@@ -414,31 +382,3 @@ def _secrets(events: list[SagaEvent]) -> tuple[str, ...]:
         if isinstance(context, AegisContext):
             found.extend(context.secret_values())
     return tuple(found)
-
-
-def _publish_signature(
-    runner: Callable[..., Any],
-    params: list[inspect.Parameter],
-    returns: Any,
-    name: str,
-    doc: str | None,
-    *,
-    add_request: bool = True,
-) -> None:
-    """Give `runner` the parameters the SDK should publish, plus the SDK `Context` it must receive."""
-    kinds = inspect.Parameter
-    published = [p for p in params if p.kind is not kinds.VAR_KEYWORD]
-    if any(p.kind in (kinds.VAR_POSITIONAL, kinds.POSITIONAL_ONLY) for p in published):
-        raise SagaDefinitionError(f"{name!r}: *args and positional-only parameters cannot be MCP arguments")
-    published = [p.replace(kind=kinds.KEYWORD_ONLY) for p in published]
-    if add_request:
-        published.append(kinds(_REQUEST_PARAM, kinds.KEYWORD_ONLY, annotation=Context))
-    runner.__signature__ = inspect.Signature(published, return_annotation=returns)  # type: ignore[attr-defined]
-    runner.__annotations__ = {
-        **{p.name: p.annotation for p in published if p.annotation is not inspect.Parameter.empty},
-        "return": returns,
-    }
-    runner.__name__ = name
-    runner.__qualname__ = name
-    runner.__doc__ = doc
-    runner._aegis_wrapped = True  # type: ignore[attr-defined]
