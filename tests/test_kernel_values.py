@@ -17,6 +17,7 @@ from aegis_nb.kernel.values import FrozenDict
 # -- secrets in escaped error text ------------------------------------------------------------------
 
 UMLAUTS = "pässwörd\\"
+BACKSLASHED = "ab\\cd-s3cret"
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,9 @@ UMLAUTS = "pässwörd\\"
         (UMLAUTS, json.dumps({"pw": UMLAUTS}), '{"pw": "***"}'),
         (UMLAUTS, json.dumps({"pw": UMLAUTS}, ensure_ascii=False), '{"pw": "***"}'),
         ("tab\there", "literal tab\there and escaped 'tab\\there'", "literal *** and escaped '***'"),
+        # Inside a longer repr that picked the other quote, and a message that quoted it already.
+        ("it's-s3cret", str(KeyError('pw=it\'s-s3cret for "admin"')), "'pw=*** for \"admin\"'"),
+        (BACKSLASHED, str(KeyError("unknown token " + repr(BACKSLASHED))), "\"unknown token '***'\""),
     ],
 )
 def test_scrub_replaces_a_secret_written_escaped(secret: str, text: str, scrubbed: str) -> None:

@@ -140,25 +140,32 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
 
     Error text often shows a value escaped: a `KeyError`'s message is the key's ``repr``, where a
     backslash, quote or newline in a password comes out as ``\\``, ``\'`` or ``\n``, and JSON
-    escapes it likewise. So each secret's ``repr``, ``ascii`` and JSON forms are replaced too.
+    escapes it likewise; a message that already quoted the value with ``!r`` is escaped twice. So
+    each secret is also replaced in its ``repr``, ``ascii`` and JSON forms, with either quote
+    escaped, and those forms escaped once more.
 
     Longest first: a secret may contain another (a DSN holding a password), and replacing the
     shorter one first would leave the rest of the longer one in the text.
     """
-    import json  # only this function of the module needs it
-
-    forms: set[str] = set()
-    for secret in secrets:
-        if secret:
-            forms.update(
-                (
-                    secret,
-                    repr(secret)[1:-1],
-                    ascii(secret)[1:-1],
-                    json.dumps(secret)[1:-1],
-                    json.dumps(secret, ensure_ascii=False)[1:-1],
-                )
-            )
+    forms = {secret for secret in secrets if secret}
+    for _ in range(2):  # escaped, then escaped again
+        forms |= {escaped for form in forms for escaped in _escaped_forms(form)}
     for form in sorted(forms, key=len, reverse=True):
         text = text.replace(form, "***")
     return text
+
+
+def _escaped_forms(text: str) -> tuple[str, ...]:
+    import json  # only scrub needs it
+
+    quoted = repr(text)[1:-1]
+    return (
+        quoted,
+        # repr picks its quotes from the whole string it writes: inside a longer one, the other
+        # quote may be the escaped one.
+        quoted.replace("'", "\\'"),
+        quoted.replace('"', '\\"'),
+        ascii(text)[1:-1],
+        json.dumps(text)[1:-1],
+        json.dumps(text, ensure_ascii=False)[1:-1],
+    )
