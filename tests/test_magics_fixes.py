@@ -266,6 +266,11 @@ def test_only_lines_that_start_a_statement_are_rewritten() -> None:
     assert blocking_transformer(cell) == [*cell[:-1], awaited(" D")]
 
 
+def test_a_bracket_left_open_in_a_magics_text_does_not_hide_the_next_magic() -> None:
+    cell = ["%aegis_saga Pay --fail Pay=down:(\n", "%aegis_saga Pay\n"]
+    assert blocking_transformer(cell) == [awaited(" Pay --fail Pay=down:("), awaited(" Pay")]
+
+
 def test_another_cell_magics_body_and_a_badly_indented_cell_are_left_alone() -> None:
     bash = ["%%bash\n", "%aegis_saga A\n"]
     assert blocking_transformer(bash) == bash

@@ -43,16 +43,22 @@ def blocking_transformer(lines: list[str]) -> list[str]:
         return [f"await {HOOK}({cell[1]!r}, {cell[2]!r}, {body!r})\n"]
     if lines[0].startswith("%%"):
         return lines  # another cell magic: its body is that magic's input, not lines of Python
-    try:
-        rows = _statement_rows(lines)
-    except SyntaxError:  # bad indentation: IPython's own transforms report it next, in the same words
-        return lines
-    rewritten = list(lines)
-    for row in rows:
-        match = _LINE.match(lines[row].rstrip("\r\n"))
-        if match is not None and not match[2].rstrip().endswith("?"):
+    # One magic at a time, tokenizing again after each rewrite (as IPython does for its own): a
+    # magic's text is not Python, and an unclosed bracket in it must not swallow the next line.
+    rewritten, seen = list(lines), set[int]()
+    while True:
+        try:
+            rows = _statement_rows(rewritten)
+        except SyntaxError:  # bad indentation: IPython's own transforms report it next, in the same words
+            return lines
+        row = next((row for row in rows if row not in seen and _LINE.match(rewritten[row])), None)
+        if row is None:
+            return rewritten
+        seen.add(row)
+        match = _LINE.match(rewritten[row].rstrip("\r\n"))
+        assert match is not None
+        if not match[2].rstrip().endswith("?"):  # `%aegis_saga?` asks for help: IPython's to answer
             rewritten[row] = f"await {HOOK}({match[1]!r}, {match[2]!r}, None)\n"
-    return rewritten
 
 
 def _statement_rows(lines: list[str]) -> list[int]:
