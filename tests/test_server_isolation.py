@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context
@@ -72,16 +73,28 @@ def without_timings(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "steps": steps, "duration_ms": 0}
 
 
-async def test_a_saga_run_by_a_tool_another_server_calls_stays_on_that_server() -> None:
-    # The SDK runs an in-process server's handler in the caller's context: without a clean slate
-    # per request, the payments run would be the travel call's progress, run id and steps.
+@pytest.mark.parametrize("sync", [False, True], ids=["async tool", "sync tool"])
+async def test_a_saga_run_by_a_tool_another_server_calls_stays_on_that_server(sync: bool) -> None:
+    # The SDK runs an in-process server's handler in the caller's context (a sync tool in a worker
+    # thread with a copy of it): without a clean slate per request, the payments run would be the
+    # travel call's progress, run id and steps.
     payments = AegisMCP("payments")
     payment_runs = runs_started(payments.workflow_engine)
+    payment_saga = [Mark("ReserveFunds"), Mark("Capture")]
 
-    @payments.tool()
-    async def charge(amount: int) -> dict[str, Any]:
-        await payments.workflow_engine.execute_saga([Mark("ReserveFunds"), Mark("Capture")])
-        return {"charged": amount}
+    if sync:
+
+        @payments.tool()
+        def charge(amount: int) -> dict[str, Any]:
+            anyio.from_thread.run(payments.workflow_engine.execute_saga, payment_saga)
+            return {"charged": amount}
+
+    else:
+
+        @payments.tool()
+        async def charge(amount: int) -> dict[str, Any]:
+            await payments.workflow_engine.execute_saga(payment_saga)
+            return {"charged": amount}
 
     app = AegisMCP("travel")
     travel_runs = runs_started(app.workflow_engine)

@@ -14,6 +14,7 @@ raise `aegis_nb.kernel.errors.ToolError` to refuse a call in their own words.
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import io
 import math
@@ -274,6 +275,8 @@ class AegisMCP(MCPServer[Any]):
                 f"tool {tool_name!r}: a workflow named {tool_name!r} is already registered"
             )
         if getattr(fn, "_aegis_wrapped", False) or not inspect.iscoroutinefunction(fn):
+            if not inspect.iscoroutinefunction(fn) and (inspect.isfunction(fn) or inspect.ismethod(fn)):
+                fn = _in_a_clean_slate(fn, tool_name)  # a sync tool (ours are wrapped already)
             super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
             return
         runner = self._tool_runner(fn, tool_name)
@@ -353,6 +356,22 @@ class AegisMCP(MCPServer[Any]):
         else:
             # uvicorn serves on asyncio only.
             anyio.run(lambda: self.run_streamable_http_async(host=host, port=port), backend="asyncio")
+
+
+def _in_a_clean_slate(fn: Callable[..., Any], tool_name: str) -> Callable[..., Any]:
+    """A sync tool that, in its worker thread (a copy of the caller's context), runs its sagas for no
+    request and names them after itself, as async tools do (see aegis_nb.server.routing).
+
+    `functools.wraps` keeps what the SDK reads: the signature, the annotations (resolved in `fn`'s
+    own module), the name and the docstring.
+    """
+
+    @functools.wraps(fn)
+    def run_tool(*args: Any, **kwargs: Any) -> Any:
+        with Observing(None, tool_name):
+            return fn(*args, **kwargs)
+
+    return run_tool
 
 
 def _transport(value: Transport | str) -> Transport:
