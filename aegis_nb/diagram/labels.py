@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
+from aegis_nb.kernel.text import one_line
 
 STATUS_WORDS: dict[SagaStatus, str] = {
     SagaStatus.RUNNING: "running",
@@ -37,11 +38,6 @@ def duration(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.1f} ms"
     return f"{seconds:.2f} s"
-
-
-def one_line(text: str) -> str:
-    """`text` with every run of whitespace, newlines included, made one space."""
-    return " ".join(text.split())
 
 
 def clip(text: str, limit: int) -> str:

@@ -19,6 +19,7 @@ from aegis_nb.diagram import labels
 from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, DEFAULT_MAX_ROWS, Lane, LaneKind, Row, RowKind, layout
 from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
 from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.kernel.text import replace_surrogates
 
 FONT = "ui-sans-serif,system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif"
 
@@ -77,16 +78,6 @@ FEET_AFTER_ROWS = 16  # taller diagrams repeat the lane heads at the bottom, as 
 WIDE_LANES = 7  # wider diagrams name the step in each label and set it by the step's end
 
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
-def replace_surrogates(text: str) -> str:
-    """`text` with each lone surrogate made U+FFFD, so that it encodes as UTF-8.
-
-    ``os.fsdecode`` and ``errors="surrogateescape"`` turn undecodable bytes into lone surrogates,
-    which end up in error messages; XML has no place for them and ``str.encode`` refuses them.
-    """
-    return _SURROGATES.sub("\ufffd", text)
 
 
 def esc(text: str) -> str:

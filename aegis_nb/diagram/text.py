@@ -17,6 +17,7 @@ from aegis_nb.diagram.layout import (
     layout,
 )
 from aegis_nb.diagram.model import SequenceModel
+from aegis_nb.kernel.text import one_line
 
 _NAME_LIMIT = 28
 
@@ -30,10 +31,10 @@ def render_text(
     plan = layout(model, max_lanes=max_lanes, max_rows=max_rows)
     status = labels.STATUS_WORDS[model.status].upper()
     # A saga name or an error may span lines (a validation error does): each row stays one line.
-    lines = [labels.one_line(f"{model.saga} — {status} · {labels.headline(model)}")]
+    lines = [one_line(f"{model.saga} — {status} · {labels.headline(model)}")]
     cause = labels.cause_line(model)
     if cause:
-        lines.append(f"✗ {labels.one_line(cause)}")
+        lines.append(f"✗ {one_line(cause)}")
     lines.append("")
     names = [_lane_name(model, plan, row) for row in plan.rows]
     width = max((len(name) for name in names), default=0)
@@ -46,7 +47,7 @@ def render_text(
         lines.append(f"{bar}{_row(model, row, name, width)}".rstrip())
     if bar != "  ":
         lines.append("└─")
-    lines.append(labels.one_line(labels.summary(model)))
+    lines.append(one_line(labels.summary(model)))
     return "\n".join(lines) + "\n"
 
 

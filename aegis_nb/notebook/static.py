@@ -26,7 +26,7 @@ from aegis_nb.diagram import (
     render_text,
 )
 from aegis_nb.diagram.labels import STATUS_WORDS, summary
-from aegis_nb.diagram.svg import replace_surrogates
+from aegis_nb.kernel.text import replace_surrogates
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.outcome import SagaRun
 

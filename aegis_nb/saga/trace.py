@@ -7,8 +7,8 @@ surrogates (undecodable bytes from ``os.fsdecode``): `_flat` puts them on one pr
 from __future__ import annotations
 
 import math
-import re
 
+from aegis_nb.kernel.text import one_line, replace_surrogates
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,
@@ -24,20 +24,14 @@ from aegis_nb.saga.events import (
     StepTimedOut,
 )
 
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
 def _flat(text: object) -> str:
-    """`text` on one line (each run of whitespace one space), lone surrogates made U+FFFD.
-
-    What `aegis_nb.diagram.labels.one_line` does, plus what a UTF-8 terminal needs; kept here
-    because the saga layer may not import the diagram layer.
-    """
-    return _SURROGATES.sub("\ufffd", " ".join(str(text).split()))
+    """`text` on one printable line."""
+    return replace_surrogates(one_line(str(text)))
 
 
 def describe(event: SagaEvent) -> str:
