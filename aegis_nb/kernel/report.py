@@ -9,6 +9,7 @@ name, which the engine makes unique within a run (``Reserve``, ``Reserve#2``); i
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -156,8 +157,6 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
 
 
 def _escaped_forms(text: str) -> tuple[str, ...]:
-    import json  # only scrub needs it
-
     quoted = repr(text)[1:-1]
     return (
         quoted,

@@ -18,7 +18,7 @@ its rollback with `run_shielded`, which stops both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
@@ -102,20 +102,10 @@ async def run_shielded(work: Coroutine[Any, Any, T]) -> T:
     if sniffio.current_async_library() != "asyncio":
         with anyio.CancelScope(shield=True):
             return await work
-    loop = asyncio.get_running_loop()
-    task = loop.create_task(_settle(work))
-    cancelled: asyncio.CancelledError | None = None
+    task = asyncio.get_running_loop().create_task(_settle(work))
     # Keeps an anyio scope outside from re-delivering its cancellation on every loop turn meanwhile.
     with anyio.CancelScope(shield=True):
-        while not task.done():
-            # A future of our own to wait on: cancelling this task cancels it, not `task` (which
-            # `await task` would). Lighter than asyncio.wait, which costs a third of the detour.
-            done = loop.create_future()
-            task.add_done_callback(partial(_wake, done))
-            try:
-                await done
-            except asyncio.CancelledError as exc:
-                cancelled = cancelled or exc
+        cancelled = await outlast(task)
     result, error = task.result()
     del task
     try:
@@ -126,6 +116,30 @@ async def run_shielded(work: Coroutine[Any, Any, T]) -> T:
     finally:
         del error, cancelled  # their tracebacks hold this frame: no cycle through it
     return cast(T, result)
+
+
+async def outlast(
+    task: asyncio.Future[Any], on_cancel: Callable[[], object] | None = None
+) -> asyncio.CancelledError | None:
+    """Wait until `task` is done, whatever native cancellations land on this task meanwhile.
+
+    Returns the first of them (None if none came), for the caller to raise when it sees fit, and
+    calls `on_cancel` at each, to pass it on in a gentler form (cancelling an anyio scope, say).
+    """
+    loop = asyncio.get_running_loop()
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        # A future of our own to wait on: cancelling this task cancels it, not `task` (which
+        # `await task` would). Lighter than asyncio.wait, which costs a third of the detour.
+        done = loop.create_future()
+        task.add_done_callback(partial(_wake, done))
+        try:
+            await done
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+            if on_cancel is not None:
+                on_cancel()
+    return cancelled
 
 
 def _wake(done: asyncio.Future[None], _: object) -> None:

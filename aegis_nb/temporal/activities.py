@@ -40,6 +40,7 @@ from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.report import scrub
 from aegis_nb.saga.durable.codec import context_to_json
 from aegis_nb.saga.durable.locator import StepResolver
+from aegis_nb.saga.rollback import outlast
 from aegis_nb.temporal.names import COMPENSATE_ACTIVITY, EXECUTE_ACTIVITY
 from aegis_nb.temporal.plan import StepCall, convert_deadline, restamp, wall_clock
 
@@ -167,13 +168,7 @@ async def _outlasting(task: asyncio.Future[T], scope: anyio.CancelScope) -> T:
     The task is awaited to its end even so: the step's shields hold, and if it completes anyway its
     result stands. The cancellation is re-raised only if the scope did cut the step off.
     """
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        try:
-            await asyncio.wait((task,))
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-            scope.cancel()
+    cancelled = await outlast(task, on_cancel=scope.cancel)
     if cancelled is not None and scope.cancelled_caught:
         raise cancelled
     return task.result()
