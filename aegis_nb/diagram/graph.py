@@ -9,6 +9,7 @@ for want of graphviz. Graphviz's SVG uses fixed ids (``graph0``, ``node1``): sho
 from __future__ import annotations
 
 import enum
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -18,8 +19,10 @@ from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, LaneKind, layout
 from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
 from aegis_nb.diagram.svg import LANE_LOOKS, STATUS_COLOURS, render_svg
 from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.kernel.text import replace_surrogates
 
 DOT_TIMEOUT = 30.0
+_ENTITY = re.compile("&(?=#?[0-9A-Za-z]+;)")  # the start of what graphviz would read as an entity
 
 
 class GraphSource(enum.Enum):
@@ -39,8 +42,13 @@ class GraphRendering:
 
 
 def quote(value: str) -> str:
-    """A DOT double-quoted string."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """A DOT double-quoted string that graphviz shows as `value`, and that encodes as UTF-8.
+
+    Graphviz decodes HTML entities in every label, so the ``&`` of one (``a &lt; b``) becomes
+    ``&amp;`` (a lone ``&`` is drawn as it is); lone surrogates become U+FFFD, which `dot` can read.
+    """
+    escaped = replace_surrogates(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + _ENTITY.sub("&amp;", escaped) + '"'
 
 
 def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> str:

@@ -16,15 +16,18 @@ import re
 from aegis_nb.diagram import labels
 from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
 from aegis_nb.kernel.report import FailureKind, SagaStatus
+from aegis_nb.kernel.text import replace_surrogates
 
 ROLLBACK_COLOUR = "rgb(60, 20, 20)"
-_ENTITIES = {"#": "#35;", ";": "#59;", "<": "#lt;", ">": "#gt;"}
-_UNSAFE = re.compile("[#;<>]")
+_ENTITIES = {"#": "#35;", ";": "#59;", "<": "#lt;", ">": "#gt;", "%": "#37;"}
+# ``%`` too: mermaid reads ``%%{...}%%`` anywhere in the source as a directive that reconfigures the
+# diagram (and drops the text), so a step name or error message could otherwise restyle it.
+_UNSAFE = re.compile("[#;<>%]")
 
 
 def text(value: str) -> str:
-    """`value` on one line and safe as mermaid text: ``#``, ``;``, ``<``, ``>`` become entity codes."""
-    return _UNSAFE.sub(lambda m: _ENTITIES[m.group()], " ".join(value.split()))
+    """`value` on one line and safe as mermaid text: ``#;<>%`` become entity codes, lone surrogates U+FFFD."""
+    return _UNSAFE.sub(lambda m: _ENTITIES[m.group()], replace_surrogates(" ".join(value.split())))
 
 
 def render_mermaid(model: SequenceModel) -> str:

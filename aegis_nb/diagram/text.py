@@ -17,7 +17,7 @@ from aegis_nb.diagram.layout import (
     layout,
 )
 from aegis_nb.diagram.model import SequenceModel
-from aegis_nb.kernel.text import one_line
+from aegis_nb.kernel.text import one_line, replace_surrogates
 
 _NAME_LIMIT = 28
 
@@ -25,7 +25,7 @@ _NAME_LIMIT = 28
 def render_text(
     model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES, max_rows: int = DEFAULT_MAX_ROWS
 ) -> str:
-    """The whole run as text, ending with a newline."""
+    """The whole run as text, ending with a newline; valid UTF-8 (lone surrogates become U+FFFD)."""
     if not model.run_id:
         return "(no saga has started yet)\n"
     plan = layout(model, max_lanes=max_lanes, max_rows=max_rows)
@@ -48,7 +48,8 @@ def render_text(
     if bar != "  ":
         lines.append("└─")
     lines.append(one_line(labels.summary(model)))
-    return "\n".join(lines) + "\n"
+    # Lone surrogates (undecodable bytes in a name or error) would make `print` or a file write fail.
+    return replace_surrogates("\n".join(lines) + "\n")
 
 
 def _lane_name(model: SequenceModel, plan: Layout, row: Row) -> str:

@@ -22,7 +22,11 @@ from __future__ import annotations
 import re
 import tokenize
 
-from IPython.core.inputtransformer2 import make_tokens_by_line
+from IPython.core.inputtransformer2 import (
+    assemble_continued_line,
+    find_end_of_continued_line,
+    make_tokens_by_line,
+)
 
 BLOCKING_MAGICS = ("aegis_saga", "aegis_rehearse")
 HOOK = "get_ipython().magics_manager.registry['AegisMagics'].run_async"
@@ -55,10 +59,12 @@ def blocking_transformer(lines: list[str]) -> list[str]:
         if row is None:
             return rewritten
         seen.add(row)
-        match = _LINE.match(rewritten[row].rstrip("\r\n"))
+        # A magic line continues over lines ending in a backslash, as IPython's own magics do.
+        end = find_end_of_continued_line(rewritten, row)
+        match = _LINE.match(assemble_continued_line(rewritten, (row, 0), end))
         assert match is not None
         if not match[2].rstrip().endswith("?"):  # `%aegis_saga?` asks for help: IPython's to answer
-            rewritten[row] = f"await {HOOK}({match[1]!r}, {match[2]!r}, None)\n"
+            rewritten[row : end + 1] = [f"await {HOOK}({match[1]!r}, {match[2]!r}, None)\n"]
 
 
 def _statement_rows(lines: list[str]) -> list[int]:

@@ -30,7 +30,10 @@ def define_cell_step(options: StepOptions, source: str, namespace: dict[str, Any
     tree = _parse(name, source, filename)
     defined = _top_level_functions(tree)
     _check_definitions(name, defined, options)
-    code = compile(tree, filename, "exec")
+    try:
+        code = compile(tree, filename, "exec")
+    except SyntaxError as exc:  # what only the compiler sees: top-level await, return, break...
+        raise _syntax_error(name, source, exc) from None
     # Register the source so tracebacks from inside the step (when it runs) show its lines.
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     saved = {part: namespace.get(part, _MISSING) for part in _PARTS}
@@ -68,14 +71,19 @@ def _parse(name: str, source: str, filename: str) -> ast.Module:
     try:
         return ast.parse(source, filename)
     except SyntaxError as exc:
-        line = exc.lineno or 0
-        text = (exc.text or _source_line(source, line)).rstrip("\n")
-        pointer = ""
-        if exc.offset and text:
-            pointer = "\n    " + " " * (exc.offset - 1) + "^"
-        raise UsageError(
-            f"step {name}: syntax error on line {line} of the cell: {exc.msg}\n    {text}{pointer}"
-        ) from None
+        raise _syntax_error(name, source, exc) from None
+
+
+def _syntax_error(name: str, source: str, exc: SyntaxError) -> UsageError:
+    """The one-line report of a syntax error in step `name`'s cell, with the line and a pointer."""
+    line = exc.lineno or 0
+    lines = source.splitlines()
+    # The compiler's errors carry no text: take the line as written, so the pointer lines up.
+    text = (exc.text or (lines[line - 1] if 0 < line <= len(lines) else "")).rstrip("\n")
+    pointer = ""
+    if exc.offset and text:
+        pointer = "\n    " + " " * (exc.offset - 1) + "^"
+    return UsageError(f"step {name}: syntax error on line {line} of the cell: {exc.msg}\n    {text}{pointer}")
 
 
 def _top_level_functions(tree: ast.Module) -> dict[str, ast.stmt]:

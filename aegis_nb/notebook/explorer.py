@@ -22,6 +22,7 @@ import anyio
 import ipywidgets  # type: ignore[import-untyped]
 
 from aegis_nb.diagram import fold, render_svg
+from aegis_nb.kernel.text import replace_surrogates
 from aegis_nb.notebook.cellsurface import WIDGET_MIME
 from aegis_nb.notebook.injection import Fault
 from aegis_nb.notebook.live import LiveView
@@ -206,7 +207,8 @@ class SagaExplorer:
 def _trial_html(trial: Trial) -> str:
     """The trial's diagram scaled to its pane (two sit side by side), under a caption of its settings."""
     caption = f"run {trial.number}: {escape(trial.settings_text())}"
-    alt = escape(f"{trial.run.saga}: {trial.run.report.summary()}", quote=True)
+    # Widget values travel as UTF-8 JSON: a lone surrogate in an error would not encode.
+    alt = escape(replace_surrogates(f"{trial.run.saga}: {trial.run.report.summary()}"), quote=True)
     svg = render_svg(fold(trial.run.events))
     return (
         f'<div style="font-size:12px;color:#475569">{caption}</div>'
@@ -241,7 +243,7 @@ def history_html(trials: list[Trial]) -> str:
         rows.append(
             f"<tr><td>{trial.number}</td><td>{trial.deadline:g} s</td>"
             f"<td>{escape(trial.settings_text())}</td>"
-            f'<td style="color:{colour}">{escape(trial.run.report.summary())}</td></tr>'
+            f'<td style="color:{colour}">{escape(replace_surrogates(trial.run.report.summary()))}</td></tr>'
         )
     return (
         '<table class="aegis-history" style="font-size:12px;border-collapse:collapse">'

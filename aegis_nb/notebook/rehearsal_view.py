@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.kernel.text import replace_surrogates
 from aegis_nb.notebook.mocktools import ledger_summary
 from aegis_nb.notebook.rehearsal import Mark, Rehearsal, ScenarioResult
 
@@ -63,7 +64,11 @@ def _ledger_text(result: ScenarioResult) -> str:
 
 
 def render_text(rehearsal: Rehearsal) -> str:
-    """The matrix as aligned text, ending with a newline."""
+    """The matrix as aligned text, ending with a newline.
+
+    Like every rendering, valid UTF-8: a lone surrogate (an undecodable byte in an error message a
+    problem quotes) becomes U+FFFD, or the kernel could not send the output.
+    """
     header = ["scenario", *rehearsal.steps, "outcome"]
     if rehearsal.with_ledger:
         header.append("ledger after")
@@ -84,7 +89,7 @@ def render_text(rehearsal: Rehearsal) -> str:
     problems = rehearsal.problems()
     if problems:
         lines += ["", "to fix:", *(f"  - {problem}" for problem in problems)]
-    return "\n".join(lines) + "\n"
+    return replace_surrogates("\n".join(lines) + "\n")
 
 
 def _cell(text: str, colour: str, *, bold: bool = False) -> str:
@@ -96,7 +101,7 @@ def _cell(text: str, colour: str, *, bold: bool = False) -> str:
 
 
 def render_html(rehearsal: Rehearsal) -> str:
-    """The matrix as a self-contained HTML table (no scripts, so it survives untrusted notebooks)."""
+    """The matrix as a self-contained HTML table (no scripts, so it survives untrusted notebooks); UTF-8."""
     head_cells = ["scenario", *rehearsal.steps, "outcome"] + (
         ["ledger after"] if rehearsal.with_ledger else []
     )
@@ -133,4 +138,4 @@ def render_html(rehearsal: Rehearsal) -> str:
         f"◷ timed out (hung {rehearsal.timeout:g} s after acting), · not run; red: needs a person</div>"
     )
     parts.append("</div>")
-    return "".join(parts)
+    return replace_surrogates("".join(parts))
