@@ -38,7 +38,7 @@ from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.report import scrub
 from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_lifespan
 from aegis_nb.saga.engine import WorkflowEngine
-from aegis_nb.saga.events import SagaCommitted, SagaEvent
+from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.recorder import Journal
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
 from aegis_nb.server.progress import RequestObserver, progress_sender
@@ -248,8 +248,7 @@ class AegisMCP(MCPServer[Any]):
             # Not a saga failure: the workflow's own code raised. Say what, minus any secret.
             text = scrub(str(exc), _secrets(events))
             return error_result(f"workflow {spec.name!r} failed: {type(exc).__name__}: {text}")
-        final = _final_context(returned, events)
-        return committed_result(final, events, clock() - started)
+        return committed_result(returned, events, clock() - started)
 
     # -- plain tools ----------------------------------------------------------------------------
 
@@ -382,16 +381,6 @@ def _transport(value: Transport | str) -> Transport:
         return aliases[value]
     except KeyError:
         raise ValueError(f"unknown transport {value!r}: use 'stdio' or 'http'") from None
-
-
-def _final_context(returned: object, events: list[SagaEvent]) -> AegisContext | None:
-    """The context a workflow ends with: the one it returned, else the last committed run's."""
-    if isinstance(returned, AegisContext):
-        return returned
-    for event in reversed(events):
-        if isinstance(event, SagaCommitted):
-            return event.context
-    return None
 
 
 def _secrets(events: list[SagaEvent]) -> tuple[str, ...]:

@@ -99,11 +99,13 @@ def workflow_output_schema() -> dict[str, Any]:
     return result
 
 
-def committed_result(
-    final: AegisContext | None, events: Sequence[SagaEvent], duration: float
-) -> CallToolResult:
-    """A committed workflow: final metadata and the steps of the run it ended with, as structure and JSON."""
-    run_id = _committed_run(final, events)
+def committed_result(returned: object, events: Sequence[SagaEvent], duration: float) -> CallToolResult:
+    """A committed workflow: final metadata and the steps of the run it ended with, as structure and JSON.
+
+    `returned` is what the workflow returned: a context, or anything else (then the last committed
+    run's context stands for it).
+    """
+    final, run_id = _ending(returned, events)
     structured: WorkflowResult = {
         "status": "committed",
         "run_id": run_id,
@@ -160,14 +162,17 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
-def _committed_run(final: AegisContext | None, events: Sequence[SagaEvent]) -> str | None:
-    """The run a committed result describes: the one whose context the workflow ended with.
+def _ending(returned: object, events: Sequence[SagaEvent]) -> tuple[AegisContext | None, str | None]:
+    """The context a workflow ends with, and the run a committed result describes.
 
-    A workflow may run several sagas and catch a failed one, so "the last run started" could be
-    one that was rolled back. A final context from none of this call's runs (a fresh one) stands
+    The context is the one returned, else the last committed run's. The run is the one that context
+    came from: a workflow may run several sagas and catch a failed one, so "the last run started"
+    could be one that was rolled back. A context from none of this call's runs (a fresh one) stands
     for the last run that committed, if any.
     """
+    last_committed = next((e for e in reversed(events) if isinstance(e, SagaCommitted)), None)
+    fallback = None if last_committed is None else last_committed.run_id
+    if not isinstance(returned, AegisContext):
+        return (None if last_committed is None else last_committed.context), fallback
     started = {e.run_id for e in events if isinstance(e, SagaStarted)}
-    if final is not None and final.run_id in started:
-        return final.run_id
-    return next((e.run_id for e in reversed(events) if isinstance(e, SagaCommitted)), None)
+    return returned, (returned.run_id if returned.run_id in started else fallback)
