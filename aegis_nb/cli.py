@@ -187,10 +187,21 @@ def _recover(args: argparse.Namespace) -> int:
         return 2
 
 
+def _port(text: str) -> int:
+    """A TCP port, checked here: out of range, the server would fail with a traceback once started."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, got {port}")
+    return port
+
+
 def _add_transport_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP host (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000); served at /mcp")
+    parser.add_argument("--port", type=_port, default=8000, help="HTTP port (default 8000); served at /mcp")
 
 
 def build_parser() -> argparse.ArgumentParser:

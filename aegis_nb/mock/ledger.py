@@ -9,15 +9,36 @@ key, so a booking that arrives late (the in-doubt case) is refused instead of le
 
 from __future__ import annotations
 
-import enum
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from aegis_nb.kernel.errors import AegisError
+from aegis_nb.mock.bookings import (
+    Booking,
+    BookingKind,
+    BookingStatus,
+    Charge,
+    ChargeStatus,
+    LedgerState,
+    Undo,
+)
+from aegis_nb.saga.durable.sqlitefile import APPLICATION_ID as JOURNAL_APPLICATION_ID
+
+__all__ = [  # the values live in `bookings`; they are the ledger's vocabulary, so importable from here
+    "APPLICATION_ID",
+    "Booking",
+    "BookingKind",
+    "BookingStatus",
+    "Charge",
+    "ChargeStatus",
+    "Ledger",
+    "LedgerError",
+    "LedgerState",
+    "Undo",
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS bookings (
@@ -48,116 +69,15 @@ CREATE TABLE IF NOT EXISTS voided_keys (
 """
 
 
+APPLICATION_ID = 0x41654C67
+"""SQLite's application id for ledger files ("AeLg"): tells them from other applications' databases."""
+
+_TABLES = frozenset({"bookings", "charges", "voided_keys"})
+
+
 class LedgerError(AegisError):
     """A ledger operation was refused (unknown id, wrong kind, voided key, a bad amount), or the file
     cannot be opened as a ledger; nothing was changed."""
-
-
-class BookingKind(enum.Enum):
-    FLIGHT = "flight"
-    HOTEL = "hotel"
-
-    @property
-    def prefix(self) -> str:
-        return "FL" if self is BookingKind.FLIGHT else "HT"
-
-
-class BookingStatus(enum.Enum):
-    LIVE = "live"
-    CANCELLED = "cancelled"
-
-
-class ChargeStatus(enum.Enum):
-    LIVE = "live"
-    REFUNDED = "refunded"
-
-
-@dataclass(frozen=True, slots=True)
-class Booking:
-    """A flight (`item` is the flight number, `place` the destination) or a hotel stay."""
-
-    id: str
-    kind: BookingKind
-    place: str
-    item: str
-    nights: int | None
-    price_cents: int
-    status: BookingStatus
-    idempotency_key: str | None
-
-    def to_json(self) -> dict[str, object]:
-        data: dict[str, object] = {
-            "booking_id": self.id,
-            "kind": self.kind.value,
-            "place": self.place,
-            "item": self.item,
-            "price_cents": self.price_cents,
-            "status": self.status.value,
-        }
-        if self.nights is not None:
-            data["nights"] = self.nights
-        return data
-
-
-@dataclass(frozen=True, slots=True)
-class Charge:
-    """Money taken from a card; only the last four digits are ever stored."""
-
-    id: str
-    amount_cents: int
-    card_last4: str
-    status: ChargeStatus
-    idempotency_key: str | None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "charge_id": self.id,
-            "amount_cents": self.amount_cents,
-            "card_last4": self.card_last4,
-            "status": self.status.value,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Undo:
-    """What a cancel or refund did: `changed` is False when it was already undone or never done."""
-
-    id: str | None
-    changed: bool
-
-    def to_json(self) -> dict[str, object]:
-        return {"id": self.id, "changed": self.changed}
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerState:
-    """What is live right now, and how many undos were applied so far."""
-
-    flights: tuple[Booking, ...]
-    hotels: tuple[Booking, ...]
-    charges: tuple[Charge, ...]
-    cancellations: int
-    refunds: int
-
-    @property
-    def balance_cents(self) -> int:
-        """Money currently held: the sum of live charges (never negative)."""
-        return sum(c.amount_cents for c in self.charges)
-
-    @property
-    def is_empty(self) -> bool:
-        """Nothing live: no flight, no hotel, no charge."""
-        return not (self.flights or self.hotels or self.charges)
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "flights": [b.to_json() for b in self.flights],
-            "hotels": [b.to_json() for b in self.hotels],
-            "charges": [c.to_json() for c in self.charges],
-            "cancellations": self.cancellations,
-            "refunds": self.refunds,
-            "balance_cents": self.balance_cents,
-        }
 
 
 class Ledger:
@@ -175,13 +95,24 @@ class Ledger:
             raise LedgerError(f"cannot open {target!r} as a ledger: {exc}") from None
         self._lock = threading.Lock()
         try:
-            if self.path is not None:
+            # Checked before anything is written: another application's database (or a journal)
+            # is left exactly as it was, not switched to WAL and given the ledger's tables.
+            foreign = _foreign(self._db) if self.path is not None else None
+            if foreign is None and self.path is not None:
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+            if foreign is None:
+                self._db.executescript(
+                    f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA application_id = {APPLICATION_ID};COMMIT;"
+                )
         except sqlite3.Error as exc:
             self._db.close()
             raise LedgerError(f"cannot open {target!r} as a ledger: {exc}") from None
+        if foreign is not None:
+            self._db.close()
+            raise LedgerError(
+                f"cannot open {target!r} as a ledger: {foreign}; give the ledger a file of its own"
+            )
 
     def close(self) -> None:
         self._db.close()
@@ -222,10 +153,13 @@ class Ledger:
     ) -> Booking:
         """Create a live booking, or return the one already made under `idempotency_key`."""
         # Checked here, as `charge` does, so the caller gets a LedgerError, not the table's CHECK.
+        _check_int(price_cents, "a booking's price")
         if price_cents <= 0:
             raise LedgerError(f"a booking's price must be positive, got {price_cents} cents")
-        if nights is not None and nights <= 0:
-            raise LedgerError(f"a stay must last at least one night, got {nights}")
+        if nights is not None:
+            _check_int(nights, "a stay's nights")
+            if nights <= 0:
+                raise LedgerError(f"a stay must last at least one night, got {nights}")
         with self._write() as db:
             if idempotency_key is not None:
                 existing = self._booking_by_key(db, kind, idempotency_key)
@@ -287,6 +221,7 @@ class Ledger:
 
     def charge(self, amount_cents: int, card_last4: str, *, idempotency_key: str | None = None) -> Charge:
         """Take `amount_cents`, or return the charge already made under `idempotency_key`."""
+        _check_int(amount_cents, "a charge")
         if amount_cents <= 0:
             raise LedgerError(f"a charge must be positive, got {amount_cents} cents")
         with self._write() as db:
@@ -373,6 +308,23 @@ class Ledger:
         return f"<Ledger in {where}>"
 
 
+def _foreign(db: sqlite3.Connection) -> str | None:
+    """Why the database is not a ledger; None for a ledger (stamped, or from before ledgers were) or
+    an empty database."""
+    (application_id,) = db.execute("PRAGMA application_id").fetchone()
+    if application_id == APPLICATION_ID:
+        return None
+    rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'sqlite_sequence'")
+    tables = {str(name) for (name,) in rows}
+    if application_id == 0 and tables in (set(), _TABLES):
+        return None
+    if application_id == JOURNAL_APPLICATION_ID:
+        return "it is an aegis_nb saga journal"
+    if application_id != 0:
+        return f"it belongs to another application (SQLite application id {application_id:#x})"
+    return f"it holds another application's tables ({', '.join(sorted(tables))})"
+
+
 _BOOKING_SELECT = "SELECT id, kind, place, item, nights, price_cents, status, idempotency_key FROM bookings"
 _CHARGE_SELECT = "SELECT id, amount_cents, card_last4, status, idempotency_key FROM charges"
 
@@ -400,6 +352,12 @@ def _charge(row: tuple[object, ...]) -> Charge:
         ChargeStatus(status),
         None if key is None else str(key),
     )
+
+
+def _check_int(value: object, what: str) -> None:
+    """Amounts are whole cents: SQLite would store 10.5 as it is, and every later `state()` would fail."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LedgerError(f"{what} must be an int, got {value!r}")
 
 
 def _one_of(target_id: str | None, key: str | None, what: str = "booking_id") -> None:

@@ -205,18 +205,27 @@ class SqliteJournal:
     async def append(self, event: SagaEvent) -> None:
         """Record `event`; return once it is as durable as the engine needs (see the module docstring)."""
         run_id = event.run_id
+        final = isinstance(event, _FINAL)
         broken = self._broken.get(run_id)
         if broken is not None:
+            if final:
+                self._live.pop(run_id, None)
             raise broken.again()
         if self._file is None:
             await self.open()
         row = _new_event_row(run_id, event.seq, encode_event(event), _STATUS.get(type(event)))
-        live = self._live.pop(run_id, None) if isinstance(event, _FINAL) else self._live.get(run_id)
+        live = self._live.get(run_id)
         level = durability_of(event) if live is None else live.durability(event)
-        if level is Durability.QUEUED:
+        if level is Durability.QUEUED:  # never a run's end, which is always synced
             self._pending.queue(row)
             return
-        await self._commit(row, level)
+        try:
+            await self._commit(row, level)
+        finally:
+            if final:
+                # Live until its end is on disk: a recovery reading the run before then must leave
+                # it alone, or it would undo a run that is about to commit.
+                self._live.pop(run_id, None)
 
     # -- reading (recovery, listing, replay) -------------------------------------------------------
 
@@ -232,19 +241,30 @@ class SqliteJournal:
         return decode_run(self.path, stored)
 
     async def unfinished(self) -> tuple[JournaledRun, ...]:
-        """Every run that neither committed, rolled back nor got stuck, oldest first."""
+        """Every run that neither committed, rolled back nor got stuck, oldest first.
+
+        Read on the event loop, and returned without yielding to other tasks after the read: a
+        run of this journal cannot end between the read and the caller's `is_live` check, which
+        would take a run that just committed for one a crash left unfinished.
+        """
         file = await self._opened()
-        ids = await anyio.to_thread.run_sync(file.unfinished)
-        return tuple([await self.run(run_id) for run_id in ids])
+        return tuple([decode_run(self.path, stored) for stored in file.unfinished()])
 
     def is_live(self, run_id: str) -> bool:
         """True while `run_id` runs through this journal object: recovery must leave it alone."""
         return run_id in self._live
 
     async def mark_recovering(self, run_id: str) -> None:
-        """Count a recovery of `run_id` (written with its first recovery event); it is live until done."""
-        await self.open()
+        """Count a recovery of `run_id` (written with its first recovery event); it is live until done.
+
+        The run is claimed before anything yields, so a recovery running beside this one skips it.
+        """
         self._live[run_id] = _LiveRun(frozenset(), -1)
+        try:
+            await self.open()
+        except BaseException:
+            del self._live[run_id]
+            raise
         self._pending.queue(RecoveryMark(run_id))
 
     async def _opened(self) -> JournalFile:

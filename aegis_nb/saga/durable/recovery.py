@@ -65,11 +65,15 @@ class RecoverableJournal(Journal, Protocol):
     path: Path
     resolver: StepResolver
 
-    async def unfinished(self) -> tuple[JournaledRun, ...]: ...
+    async def unfinished(self) -> tuple[JournaledRun, ...]:
+        """The unfinished runs, returned without yielding after they are read (see `recover_unfinished`)."""
+        ...
 
     def is_live(self, run_id: str) -> bool: ...
 
-    async def mark_recovering(self, run_id: str) -> None: ...
+    async def mark_recovering(self, run_id: str) -> None:
+        """Claim the run for this recovery (it is then live) before yielding."""
+        ...
 
 
 class RecoveryIncomplete(JournalError):
@@ -179,18 +183,28 @@ async def recover_unfinished(
     Runs whose steps cannot be rebuilt are left unfinished and reported, after all the others are
     done, by raising `RecoveryIncomplete`.
     """
-    runs = [run for run in await journal.unfinished() if not journal.is_live(run.run_id)]
-    results: list[SagaRun | None] = [None] * len(runs)
     problems: dict[str, str] = {}
-    failures: list[JournalError] = []
-
-    async def recover_one(position: int, run: JournaledRun) -> None:
+    claimed: list[tuple[JournaledRun, RecoveryPlan, tuple[StepSpec, ...]]] = []
+    # From the read to the last claim nothing yields: a run that is live here (or being recovered
+    # by a recovery beside this one) when the journal is read is skipped, and every other run is
+    # claimed before another task can start or recover it.
+    for run in await journal.unfinished():
+        if journal.is_live(run.run_id):
+            continue
         plan = plan_recovery(run)
         try:
             specs = _rebuild(journal.resolver, plan)
         except LookupError as exc:
             problems[run.run_id] = str(exc)
-            return
+            continue
+        await journal.mark_recovering(run.run_id)
+        claimed.append((run, plan, specs))
+    results: list[SagaRun | None] = [None] * len(claimed)
+    failures: list[JournalError] = []
+
+    async def recover_one(
+        position: int, run: JournaledRun, plan: RecoveryPlan, specs: tuple[StepSpec, ...]
+    ) -> None:
         try:
             results[position] = await _finish(journal, run, plan, specs, default_retry, budget, sink_sets)
         except JournalError as exc:  # the journal failed under this run: it stays unfinished
@@ -198,8 +212,8 @@ async def recover_unfinished(
 
     # Concurrently, so that many runs share the journal's syncs.
     async with anyio.create_task_group() as group:
-        for position, run in enumerate(runs):
-            group.start_soon(recover_one, position, run)
+        for position, (run, plan, specs) in enumerate(claimed):
+            group.start_soon(recover_one, position, run, plan, specs)
     if failures:
         raise failures[0]
     recovered = tuple(run for run in results if run is not None)
@@ -243,7 +257,6 @@ async def _finish(
 ) -> SagaRun:
     clock = loop_clock()
     started = clock()
-    await journal.mark_recovering(run.run_id)
     recorder = RunRecorder(run.run_id, clock, journal, tuple(sink_sets))
     recorder.events.extend(run.events)
 

@@ -51,7 +51,10 @@ def create_file(path: Path) -> bool:
 
 
 def lock_writer(path: Path) -> int:
-    lock_path = path.with_name(path.name + ".lock")
+    """Hold ``<file>.lock`` beside the file itself: a journal opened through a symlink takes the lock
+    its target's writers take (SQLite writes the target too), so it cannot recover their live runs."""
+    real = path.resolve()
+    lock_path = real.with_name(real.name + ".lock")
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:

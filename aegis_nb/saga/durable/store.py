@@ -260,21 +260,30 @@ class JournalFile:
             for run_id, saga, status, created, updated, recoveries, count in rows
         )
 
-    def unfinished(self) -> tuple[str, ...]:
-        """Ids of runs whose last recorded status is not final, oldest first."""
+    def unfinished(self) -> tuple[StoredRun, ...]:
+        """Every run whose last recorded status is not final, with its events, oldest first.
+
+        Read under one hold of the lock, so no write lands between listing the runs and reading
+        their events: a run that ends meanwhile must not be read as unfinished with its end in it.
+        """
         marks = ", ".join("?" * len(UNFINISHED))
-        rows = self._query(
-            f"SELECT run_id FROM runs WHERE status IN ({marks}) ORDER BY created, run_id", UNFINISHED
-        )
-        return tuple(str(run_id) for (run_id,) in rows)
+        with self._lock:
+            rows = self._execute(
+                f"SELECT run_id FROM runs WHERE status IN ({marks}) ORDER BY created, run_id", UNFINISHED
+            )
+            return tuple(self._read_run(str(run_id)) for (run_id,) in rows)
 
     def run(self, run_id: str) -> StoredRun:
         """One run's row and events; `KeyError` if the journal has no such run."""
-        found = self._query("SELECT run_no, saga, status, steps FROM runs WHERE run_id = ?", (run_id,))
+        with self._lock:
+            return self._read_run(run_id)
+
+    def _read_run(self, run_id: str) -> StoredRun:
+        found = self._execute("SELECT run_no, saga, status, steps FROM runs WHERE run_id = ?", (run_id,))
         if not found:
             raise KeyError(run_id)
         run_no, saga, status, steps = found[0]
-        events = self._query("SELECT seq, body FROM events WHERE run_no = ? ORDER BY seq", (run_no,))
+        events = self._execute("SELECT seq, body FROM events WHERE run_no = ? ORDER BY seq", (run_no,))
         return StoredRun(
             run_id,
             str(saga),
@@ -285,10 +294,14 @@ class JournalFile:
 
     def _query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            try:
-                return self._db.execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise sqlite_error(self.path, exc, "could not read") from exc
+            return self._execute(sql, params)
+
+    def _execute(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """Run one query; the caller holds the lock."""
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise sqlite_error(self.path, exc, "could not read") from exc
 
 
 # -- helpers ----------------------------------------------------------------------------------------
