@@ -38,6 +38,7 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import StepResultError, ToolError, ToolTimeoutError
 from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.report import scrub
+from aegis_nb.kernel.text import replace_surrogates
 from aegis_nb.saga.durable.codec import context_to_json
 from aegis_nb.saga.durable.locator import StepResolver
 from aegis_nb.saga.rollback import outlast
@@ -89,9 +90,7 @@ class SagaActivities:
             call = StepCall.from_json(payload)
             step = self._resolver.rebuild(call.locator)
         except (LookupError, ValueError, TypeError) as exc:
-            raise ApplicationError(
-                f"this worker cannot run the step: {exc}", type=type(exc).__name__, non_retryable=True
-            ) from None
+            raise _failure(f"this worker cannot run the step: {exc}", {}, type(exc).__name__) from None
         clock = loop_clock()
         local = convert_deadline(call.context.deadline, source=wall_clock, target=clock)
         return call, step, restamp(call.context, local, call.context.run_id, call.context.step_index)
@@ -115,7 +114,15 @@ class SagaActivities:
         try:
             return await _outlasting(asyncio.ensure_future(guarded()), scope)
         except Exception as exc:
-            raise _reported(exc, ctx) from None
+            # The call's own deadline cut it (not a tool's timeout inside it): the workflow knows
+            # the budget it gave, measured from the step's start rather than this activity's.
+            at_limit = (
+                isinstance(exc, ToolTimeoutError)
+                and exc.step == call.name
+                and limit.deadline != math.inf
+                and loop_clock()() >= limit.deadline
+            )
+            raise _reported(exc, ctx, at_limit=at_limit) from None
         finally:
             if heartbeat is not None:
                 heartbeat.stop()
@@ -174,11 +181,12 @@ async def _outlasting(task: asyncio.Future[T], scope: anyio.CancelScope) -> T:
     return task.result()
 
 
-def _reported(exc: Exception, ctx: AegisContext) -> ApplicationError:
+def _reported(exc: Exception, ctx: AegisContext, *, at_limit: bool = False) -> ApplicationError:
     """`exc` as the workflow will see it: type name, scrubbed message, and what kind of failure.
 
-    The details say whether the tool refused (a `ToolError`), whether it timed out and with which
-    budget, and which attempt this was (a later one means an earlier one's worker was lost).
+    The details say whether the tool refused (a `ToolError`), whether it timed out, with which
+    budget and whether at the call's own limit, and which attempt this was (a later one means an
+    earlier one's worker was lost).
     """
     details: dict[str, Any] = {
         "tool_error": isinstance(exc, ToolError),
@@ -187,5 +195,19 @@ def _reported(exc: Exception, ctx: AegisContext) -> ApplicationError:
     }
     if isinstance(exc, ToolTimeoutError) and exc.budget is not None and math.isfinite(exc.budget):
         details["budget"] = exc.budget
-    message = scrub(str(exc), ctx.secret_values())
-    return ApplicationError(message, details, type=type(exc).__name__, non_retryable=True)
+    if at_limit:
+        details["at_limit"] = True
+    return _failure(scrub(str(exc), ctx.secret_values()), details, type(exc).__name__)
+
+
+def _failure(message: str, details: dict[str, Any], error_type: str) -> ApplicationError:
+    """A non-retryable failure whose message is exactly `message`, even one holding lone surrogates.
+
+    A failure's message must encode as UTF-8, or the SDK cannot report it and fails the attempt
+    as retryable instead: the step would run again, up to five times. So the message shown is
+    made encodable, and the exact one travels in the details (JSON escapes surrogates).
+    """
+    shown = replace_surrogates(message)
+    if shown != message:
+        details = {**details, "message": message}
+    return ApplicationError(shown, details, type=error_type, non_retryable=True)

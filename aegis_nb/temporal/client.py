@@ -19,9 +19,16 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError
+from temporalio.service import RPCError
 
 from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
@@ -225,11 +232,21 @@ class TemporalSagaHandle:
         return _run_from(outcome, cancelled=False)
 
     async def _follow(self, recorder: RunRecorder, interval: float) -> None:
-        """Publish new events to the recorder's sinks until cancelled, polling the events query."""
+        """Publish new events to the recorder's sinks until cancelled, polling the events query.
+
+        A query that fails is skipped: no worker may answer for a while (all of them restarting),
+        and a failure here must not cut off the run being awaited (its task group would cancel
+        the saga). The sinks get what they missed from the next answer, or from the outcome.
+        """
         while True:
-            for event in await self.events(len(recorder.events)):
-                recorder.publish(event)
+            with contextlib.suppress(*_QUERY_FAILURES):
+                for event in await self.events(len(recorder.events)):
+                    recorder.publish(event)
             await anyio.sleep(interval)
+
+
+_QUERY_FAILURES = (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError)
+"""How an events query fails when no worker answers in time, or the workflow cannot answer yet."""
 
 
 async def _shielded_result(handle: TemporalSagaHandle, done: Callable[[SagaRun], None]) -> SagaRun:

@@ -108,7 +108,8 @@ class SagaPlan:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SagaPlan:
+    def from_json(cls, data: object) -> SagaPlan:
+        data = _mapping(data, "saga plan")
         if data.get("v") != SCHEMA_VERSION:
             raise RecordError(f"saga plan of schema {data.get('v')!r}; this worker reads {SCHEMA_VERSION}")
         return cls(
@@ -149,7 +150,8 @@ class StepCall:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StepCall:
+    def from_json(cls, data: object) -> StepCall:
+        data = _mapping(data, "step call")
         if data.get("v") != SCHEMA_VERSION:
             raise RecordError(f"step call of schema {data.get('v')!r}; this worker reads {SCHEMA_VERSION}")
         limit = data["limit"]
@@ -161,6 +163,13 @@ class StepCall:
             context=context_from_json(data["context"]),
             limit=None if limit is None else float(limit),
         )
+
+
+def _mapping(data: object, what: str) -> Mapping[str, Any]:
+    """`data` if it is a JSON object; else a `RecordError`, which the workflow and the activities report."""
+    if not isinstance(data, Mapping):
+        raise RecordError(f"a {what} must be a JSON object, got {type(data).__name__}")
+    return data
 
 
 def retry_to_json(policy: RetryPolicy) -> dict[str, Any]:

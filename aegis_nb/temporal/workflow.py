@@ -33,13 +33,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy as TemporalRetryPolicy
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    TimeoutError,
-    TimeoutType,
-)
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from aegis_nb.kernel.context import AegisContext
@@ -61,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from aegis_nb.saga.history import fold_report
     from aegis_nb.saga.recorder import RunRecorder
+    from aegis_nb.temporal.failures import StepError, describe, step_error
     from aegis_nb.temporal.names import (
         COMPENSATE_ACTIVITY,
         EVENTS_QUERY,
@@ -89,28 +84,6 @@ _WORKER_LOSS_RETRY = TemporalRetryPolicy(
 )
 
 
-class _StepError(Exception):
-    """A step's failure as the workflow knows it: the error it reported, and how to treat it.
-
-    `info.refused` says the step's tool did not act (a `ToolError`); `lost` says an attempt's worker
-    was lost, so the step may have acted whatever its last attempt said.
-    """
-
-    def __init__(
-        self,
-        info: ErrorInfo,
-        kind: FailureKind,
-        *,
-        budget: float | None = None,
-        lost: bool = False,
-    ) -> None:
-        super().__init__(str(info))
-        self.info = info
-        self.kind = kind
-        self.budget = budget  # for a timeout: the time the step was given (None: its duration)
-        self.lost = lost
-
-
 @workflow.defn(name=WORKFLOW_NAME)
 class SagaWorkflow:
     """One saga run; its id is the run id, so idempotency keys are ``workflow_id/position``."""
@@ -126,20 +99,21 @@ class SagaWorkflow:
         return [event_to_json(event) for event in self._recorder.events[after:]]
 
     @workflow.run
-    async def run(self, plan_json: dict[str, Any]) -> dict[str, Any]:
+    async def run(self, plan_json: Any) -> dict[str, Any]:
+        # Typed Any: a payload that is no JSON object must reach the check below, not fail decoding.
+        info = workflow.info()
+        # The deadline counts from when the client started the workflow, queueing included.
+        started = info.start_time.timestamp()
         try:
             plan = SagaPlan.from_json(plan_json)
+            deadline = math.inf if plan.timeout is None else started + plan.timeout
+            initial = context_from_json({**plan.context, "deadline": _finite(deadline)})
         except (KeyError, TypeError, ValueError) as exc:
             # Fail the workflow, rather than its task: a task failure is retried forever.
             raise ApplicationError(
                 f"not a saga plan this worker reads: {exc!r}", non_retryable=True
             ) from None
-        info = workflow.info()
         recorder = self._recorder = RunRecorder(info.workflow_id, workflow.time, None, ())
-        # The deadline counts from when the client started the workflow, queueing included.
-        started = info.start_time.timestamp()
-        deadline = math.inf if plan.timeout is None else started + plan.timeout
-        initial = context_from_json({**plan.context, "deadline": _finite(deadline)})
         return await _Run(plan, recorder, started).run(initial)
 
 
@@ -209,12 +183,12 @@ class _Run:
         try:
             result = await self._cancelling(handle)
         except ActivityError as exc:
-            raise _step_error(exc, step.name, limit - step_started) from None
+            raise self._step_error(exc, step.name, limit - step_started) from None
         try:
             return context_from_json(result)
         except (RecordError, TypeError, KeyError) as exc:
             info = ErrorInfo("StepResultError", f"step {step.name!r}: {exc}")
-            raise _StepError(info, FailureKind.ERROR) from None
+            raise StepError(info, FailureKind.ERROR) from None
 
     def _accept(self, step_input: AegisContext, result: AegisContext) -> AegisContext:
         """The step's context, stamped with its key and never with a later deadline than it was given."""
@@ -229,7 +203,7 @@ class _Run:
         step_started: float,
     ) -> dict[str, Any]:
         recorder, plan = self.recorder, self.plan
-        error = _describe(exc)
+        error = describe(exc)
         kind, cause = error.kind, error.info
         if kind is FailureKind.CANCELLED:
             self.cancel_seen = True
@@ -273,7 +247,7 @@ class _Run:
                 try:
                     await self._shielded(partial(self._compensate, step, ctx, budget))
                 except ActivityError as exc:
-                    error = _step_error(exc, step.name, budget).info
+                    error = self._step_error(exc, step.name, budget).info
                     will_retry = attempt < policy.attempts
                     await recorder.emit(
                         CompensationFailed,
@@ -295,6 +269,11 @@ class _Run:
                     CompensationSucceeded, step.index, step.name, attempt, workflow.time() - now
                 )
                 break
+
+    def _step_error(self, exc: ActivityError, name: str, budget: float) -> StepError:
+        """What the failed activity of step `name`, given `budget` seconds, means for the saga."""
+        # Read here, at call time: tests shorten the worker-loss retries by patching this module.
+        return step_error(exc, name, budget, attempts=_WORKER_LOSS_RETRY.maximum_attempts)
 
     def _compensate(self, step: StepPlan, ctx: AegisContext, budget: float) -> Awaitable[Any]:
         call = StepCall(step.name, step.locator, step.args, step.kwargs, ctx, ctx.deadline)
@@ -340,63 +319,6 @@ class _Run:
 
 def _finite(value: float) -> float | None:
     return None if value == math.inf else value
-
-
-def _describe(exc: BaseException) -> _StepError:
-    """How the forward phase failed, as a `_StepError` whatever raised."""
-    if isinstance(exc, _StepError):
-        return exc
-    if isinstance(exc, ToolTimeoutError):
-        return _StepError(ErrorInfo.from_exception(exc), FailureKind.TIMEOUT, budget=exc.budget)
-    if isinstance(exc, asyncio.CancelledError | CancelledError):
-        return _StepError(_cancelled(), FailureKind.CANCELLED)
-    return _StepError(ErrorInfo.from_exception(exc), FailureKind.ERROR)
-
-
-def _cancelled() -> ErrorInfo:
-    reason = workflow.cancellation_reason()
-    return ErrorInfo("CancelledError", f"the workflow was cancelled{': ' + reason if reason else ''}")
-
-
-def _step_error(exc: ActivityError, name: str, budget: float) -> _StepError:
-    """What an activity's failure means for the saga: the step's own error, a timeout or a cancellation."""
-    cause = exc.cause
-    if isinstance(cause, CancelledError):
-        return _StepError(_cancelled(), FailureKind.CANCELLED)
-    if isinstance(cause, TimeoutError) and cause.type in _LOST:
-        # Every attempt's worker stopped answering: the attempts may have acted, none said so.
-        info = ErrorInfo(
-            "WorkerLost",
-            f"step {name!r}: its worker stopped answering, "
-            f"{_WORKER_LOSS_RETRY.maximum_attempts} attempts in a row",
-        )
-        return _StepError(info, FailureKind.ERROR, lost=True)
-    if isinstance(cause, TimeoutError):  # the server's backstop: the worker never answered in time
-        info = ErrorInfo.from_exception(ToolTimeoutError(name, budget))
-        return _StepError(info, FailureKind.TIMEOUT, budget=budget)
-    if isinstance(cause, ApplicationError):
-        details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
-        info = ErrorInfo(
-            cause.type or "ApplicationError", cause.message, refused=bool(details.get("tool_error"))
-        )
-        # An attempt after the first means an earlier one's worker was lost, maybe after acting.
-        lost = int(details.get("attempt", 1)) > 1
-        if details.get("timeout"):
-            # The step's own budget (a tool's timeout, or its deadline as the worker measured it).
-            step_budget = details.get("budget")
-            return _StepError(
-                info,
-                FailureKind.TIMEOUT,
-                budget=None if step_budget is None else float(step_budget),
-                lost=lost,
-            )
-        return _StepError(info, FailureKind.ERROR, lost=lost)
-    return _StepError(ErrorInfo.from_exception(cause or exc), FailureKind.ERROR)
-
-
-_LOST = (TimeoutType.HEARTBEAT, TimeoutType.START_TO_CLOSE)
-"""Timeouts of one attempt (its worker died or stopped heartbeating), which Temporal retries: one of
-these as the final cause means the retries ran out."""
 
 
 def _outcome(recorder: RunRecorder) -> dict[str, Any]:
