@@ -189,7 +189,10 @@ async def test_concurrent_sagas_share_their_syncs(tmp_path: Path) -> None:
             for _ in range(100):
                 group.start_soon(engine.execute_saga, [(Note(), (logfile,), {}) for _ in range(3)])
         synced_events = 100 * (3 + 2)
-        assert journal.commits < synced_events / 10
+        # Unshared, each of these would be a commit of its own. How many share one depends on how
+        # fast the disk syncs against how fast the loop queues (26-117 commits on a loaded 2-core
+        # machine): a third is far from both, so the test says whether syncs are shared, not how fast.
+        assert journal.commits < synced_events / 3
     assert [r.status for r in read_runs(tmp_path / "j.db")] == [SagaStatus.COMMITTED] * 100
 
 
