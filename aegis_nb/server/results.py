@@ -151,10 +151,11 @@ def error_result(text: str) -> CallToolResult:
 
 
 def _timings(events: Sequence[SagaEvent], run_id: str) -> list[StepTiming]:
+    # Exact types (event classes are final) and the rounding inline: built on every workflow call.
     return [
-        {"index": e.index, "name": e.step, "duration_ms": _ms(e.duration)}
+        {"index": e.index, "name": e.step, "duration_ms": round(e.duration * 1000, 3)}
         for e in events
-        if isinstance(e, StepSucceeded) and e.run_id == run_id
+        if type(e) is StepSucceeded and e.run_id == run_id
     ]
 
 
@@ -170,9 +171,11 @@ def _ending(returned: object, events: Sequence[SagaEvent]) -> tuple[AegisContext
     could be one that was rolled back. A context from none of this call's runs (a fresh one) stands
     for the last run that committed, if any.
     """
-    last_committed = next((e for e in reversed(events) if isinstance(e, SagaCommitted)), None)
+    last_committed = next((e for e in reversed(events) if type(e) is SagaCommitted), None)
     fallback = None if last_committed is None else last_committed.run_id
     if not isinstance(returned, AegisContext):
         return (None if last_committed is None else last_committed.context), fallback
-    started = {e.run_id for e in events if isinstance(e, SagaStarted)}
+    if returned.run_id == fallback:  # the usual ending: the context of the run that committed last
+        return returned, fallback
+    started = {e.run_id for e in events if type(e) is SagaStarted}
     return returned, (returned.run_id if returned.run_id in started else fallback)
