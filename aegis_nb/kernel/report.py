@@ -56,7 +56,7 @@ class ErrorInfo:
         # Imported here: kernel.errors imports this module (for SagaReport) at import time.
         from aegis_nb.kernel.errors import ToolError
 
-        return cls(type(exc).__name__, scrub(str(exc), secrets), refused=isinstance(exc, ToolError))
+        return cls(type(exc).__name__, scrub(_text(exc), secrets), refused=isinstance(exc, ToolError))
 
     def __str__(self) -> str:
         return self.message or self.type
@@ -134,6 +134,14 @@ class SagaReport:
                 for f in self.compensation_failures
             ],
         }
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when its ``__str__`` raises: a saga must still roll back and report."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}: str() failed>"
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

@@ -8,7 +8,7 @@ travel between steps but must never be shown or written.
 from __future__ import annotations
 
 import math
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, Final, NoReturn, TypeAlias
 
 from aegis_nb.kernel.records import twin_builder
@@ -260,3 +260,26 @@ def secret_values(value: Any) -> Iterator[str]:
     elif isinstance(value, tuple):
         for item in value:
             yield from secret_values(item)
+
+
+def argument_secrets(args: Iterable[Any], kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every revealed secret in a step's arguments, nested in lists, tuples, sets or mappings.
+
+    Arguments are the caller's plain data, not frozen metadata: containers may repeat or hold
+    themselves, and a mapping may fail to list its values. Called when an error is being reported,
+    so it skips what it cannot walk rather than raise.
+    """
+    found: list[str] = []
+    seen: set[int] = set()
+    pending: list[Any] = [*args, *kwargs.values()]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Secret):
+            found.append(item.reveal())
+        elif isinstance(item, Mapping | list | tuple | set | frozenset) and id(item) not in seen:
+            seen.add(id(item))
+            try:
+                pending.extend(item.values() if isinstance(item, Mapping) else item)
+            except Exception:  # a broken container cannot stop a rollback from being reported
+                continue
+    return tuple(found)

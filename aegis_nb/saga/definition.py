@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from itertools import chain, count, repeat
 from operator import attrgetter
-from types import MappingProxyType
+from types import FunctionType, MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from aegis_nb.kernel.context import AegisContext
@@ -62,7 +62,12 @@ def step_name(step: object) -> str:
     name = getattr(step, "name", None)
     if isinstance(name, str) and name:
         return name
-    return type(step).__name__
+    return _default_name(step)
+
+
+def _default_name(step: object) -> str:
+    """The name of a step without one: its class's, or its own if it is a class."""
+    return step.__name__ if isinstance(step, type) else type(step).__name__
 
 
 def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
@@ -121,14 +126,22 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
         own = getattr(step, "__dict__", _NO_STATE)
         # A checked class's methods are trusted unless the instance replaces them.
         checked = kind is not _StepClass.UNCHECKED and "execute" not in own and "compensate" not in own
-        if checked and kind is _StepClass.PLAIN:
-            # The class sets no option, so only the instance's own attributes can.
-            if _TUNING.isdisjoint(own):
-                spec = _new_tuple(StepSpec, (index, cls.__name__, step, args, kwargs, None, None, False))
+        try:  # free in 3.11 unless something raises
+            if checked and kind is _StepClass.PLAIN:
+                # The class sets no option, so only the instance's own attributes can.
+                if _TUNING.isdisjoint(own):
+                    spec = _new_tuple(StepSpec, (index, cls.__name__, step, args, kwargs, None, None, False))
+                else:
+                    spec = _resolve(index, step, args, kwargs, own.get, methods_checked=True)
             else:
-                spec = _resolve(index, step, args, kwargs, own.get, methods_checked=True)
-        else:
-            spec = _resolve(index, step, args, kwargs, partial(getattr, step), methods_checked=checked)
+                spec = _resolve(index, step, args, kwargs, partial(getattr, step), methods_checked=checked)
+        except SagaDefinitionError:
+            raise
+        except Exception as exc:  # a property or __getattr__ that raises: say which entry, chain why
+            raise SagaDefinitionError(
+                f"{_where(index, _default_name(step))}: reading the step's attributes raised "
+                f"{type(exc).__name__} (see the cause above)"
+            ) from exc
         specs.append(spec)
         names.append(spec[1])
     if len(set(names)) != len(names):
@@ -198,7 +211,8 @@ def _resolve(
     """
     name = option("name", None)
     if not (isinstance(name, str) and name):
-        name = type(step).__name__
+        # A class used as a step (classmethods) is unchecked: its own name, not its metaclass's.
+        name = type(step).__name__ if methods_checked else _default_name(step)
     if not methods_checked:
         _check_method(step, "execute", _where(index, name))
         _check_method(step, "compensate", _where(index, name))
@@ -272,6 +286,12 @@ def _check_method(step: object, method: str, where: str) -> None:
     fn = getattr(step, method, None)
     if fn is None:
         raise SagaDefinitionError(f"{where}: a step needs async {method}(ctx, ...) and has no {method}")
+    if isinstance(step, type) and isinstance(inspect.getattr_static(step, method, None), FunctionType):
+        # The class itself, not an instance: its execute would take the context as `self`, and
+        # fail only when its turn comes, after the steps before it have acted.
+        raise SagaDefinitionError(
+            f"{where}: {step.__name__} is a step class; pass an instance, {step.__name__}(...)"
+        )
     if not _is_async(fn):
         if not callable(fn):
             raise SagaDefinitionError(f"{where}: {method} is not callable")
@@ -289,13 +309,16 @@ def _is_async(fn: object) -> bool:
 
 
 def _option_timeout(timeout: object, index: int, name: str) -> float:
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise SagaDefinitionError(
-            f"{_where(index, name)}: timeout must be a positive number of seconds, got {timeout!r}"
-        )
-    return float(timeout)
+    try:
+        if (
+            not isinstance(timeout, bool)
+            and isinstance(timeout, int | float)
+            and timeout > 0
+            and math.isfinite(timeout)
+        ):
+            return float(timeout)
+    except OverflowError:  # an int too large for a float is no more finite than inf
+        pass
+    raise SagaDefinitionError(
+        f"{_where(index, name)}: timeout must be a positive number of seconds, got {timeout!r}"
+    )

@@ -56,10 +56,15 @@ class WorkflowEngine:
         journal: Journal | None = None,
         sinks: Iterable[Sink] = (),
     ) -> None:
-        if not (isinstance(compensation_budget, int | float) and compensation_budget > 0):
+        if isinstance(compensation_budget, bool) or not (
+            isinstance(compensation_budget, int | float) and compensation_budget > 0
+        ):
             raise ValueError(f"compensation_budget must be positive seconds, got {compensation_budget!r}")
         self.compensation_retry = compensation_retry or RetryPolicy()
-        self.compensation_budget = float(compensation_budget)
+        try:
+            self.compensation_budget = float(compensation_budget)
+        except OverflowError:  # an int past float range: as endless as inf, which is accepted
+            self.compensation_budget = math.inf
         self.journal = journal
         self._sinks = SinkSet(sinks)
 

@@ -34,6 +34,7 @@ from aegis_nb.kernel.report import (
     SagaReport,
     SagaStatus,
 )
+from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
     SagaCommitted,
@@ -128,6 +129,10 @@ class Forward:
 
                     current = step_input if result is None else self._accept(spec, step_input, result)
                     if current._deadline != deadline:  # a shorter one, or the end of a step timeout
+                        if current._deadline > deadline and deadline <= clock():
+                            # The step outlived its timeout in a shield of its own and succeeded: the
+                            # scope stays cancelled and would cut off the next step, which has time.
+                            guard.renew(current._deadline)
                         guard.deadline = deadline = current._deadline
                     snapshots.append(current)
                     running = None
@@ -184,7 +189,10 @@ class Forward:
         waits for every owed compensation, then gets its cancellation.
         """
         kind = _classify(exc)
-        cause = ErrorInfo.from_exception(exc, step_input.secret_values())
+        secrets = step_input.secret_values()
+        if failed is not None and (failed.args or failed.kwargs):
+            secrets += argument_secrets(failed.args, failed.kwargs)
+        cause = ErrorInfo.from_exception(exc, secrets)
         report = await run_shielded(
             self._roll_back(exc, kind, cause, started, failed, step_input, step_started, unrecorded)
         )

@@ -100,12 +100,17 @@ class RunRecorder:
         kept = [(call, original) for call, original in pairs if original is not subscribed]
         self.sinks = tuple(call for call, _ in kept)
         self._subscribed = tuple(original for _, original in kept)
+        # A run calls the sinks it started with. One unsubscribed since (an `event_stream` whose
+        # consumer left, closing it) or detached by another run has no error left to report here.
+        listed = any(same_sink(s, subscribed) for origin in self.sink_sets for s in origin._sinks)
         for origin in self.sink_sets:
             origin.discard(subscribed)
-        logger.exception(
+        log = logger.exception if listed else logger.debug
+        log(
             "event sink %r raised on %s and was detached; the saga goes on",
             subscribed,
             type(event).__name__,
+            exc_info=True,
         )
         return self.sinks
 

@@ -32,6 +32,7 @@ from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.executor import DeadlineGuard
 from aegis_nb.kernel.records import builder
 from aegis_nb.kernel.report import CompensationFailure, ErrorInfo
+from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -147,6 +148,22 @@ def _wake(done: asyncio.Future[None], _: object) -> None:
         done.set_result(None)
 
 
+def _stray_cancellation(exc: BaseException) -> bool:
+    """Whether `exc` is an asyncio CancelledError that no cancellation of this task sent.
+
+    A compensation that awaits a future or task cancelled elsewhere raises one. Nothing cancels
+    the rollback's own task but the backstop (which counts in ``cancelling()``), so it is a
+    failure of that compensation, to retry and report, not a reason to abandon the others.
+    """
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not on asyncio, where no cancellation comes as asyncio's error
+        return True
+    return task is not None and task.cancelling() == 0
+
+
 async def _settle(work: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
     """`work`'s result or exception, to raise in the awaiting task.
 
@@ -231,7 +248,9 @@ class _Rollback:
                             await step.compensate(ctx, *args, **kwargs)
                         else:  # unpacking empty args costs as much as the rest of the call
                             await step.compensate(ctx)
-                    except Exception as exc:
+                    except BaseException as exc:
+                        if not (isinstance(exc, Exception) or _stray_cancellation(exc)):
+                            raise  # an interrupt, or the backstop's cancellation
                         self.in_hand = spec, snapshot
                         if (ended := clock()) >= backstop:  # outlived it in a shield: see below
                             guard.renew(ended + 2 * budget)
@@ -276,7 +295,7 @@ class _Rollback:
             # Nothing awaits from here to the next compensation's start: `now` serves both.
         self.done = True
 
-    async def failed(self, exc: Exception, started: float, guard: DeadlineGuard | None) -> bool:
+    async def failed(self, exc: BaseException, started: float, guard: DeadlineGuard | None) -> bool:
         """Record a failed attempt of the compensation in hand (begun at `started`).
 
         Returns whether it will be retried, after backing off; otherwise it is given up on.
@@ -284,7 +303,10 @@ class _Rollback:
         assert self.in_hand is not None
         (spec, snapshot), clock = self.in_hand, self.recorder.clock
         policy = spec.retry or self.default_retry
-        error = ErrorInfo.from_exception(exc, snapshot.secret_values())
+        secrets = snapshot.secret_values()
+        if spec.args or spec.kwargs:
+            secrets += argument_secrets(spec.args, spec.kwargs)
+        error = ErrorInfo.from_exception(exc, secrets)
         attempt = self.attempt_number
         will_retry = attempt < policy.attempts
         await self.recorder.emit(
