@@ -224,5 +224,8 @@ async def test_non_json_metadata_from_a_step_fails_that_step() -> None:
     with pytest.raises(SagaRolledBack) as raised:
         await WorkflowEngine().execute_saga([flight(calls), SetsAnObject()])
     assert isinstance(raised.value.__cause__, TypeError)
-    assert "metadata['when']: value of type object is not JSON-compatible" in str(raised.value.__cause__)
+    assert str(raised.value.__cause__) == (
+        "metadata['when']: value of type object is not JSON-compatible "
+        "(use None, bool, int, float, str, list, dict with str keys, or Secret)"
+    )
     assert calls.trail() == [("execute", "flight"), ("compensate", "flight")]

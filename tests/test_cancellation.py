@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import pytest
 
@@ -31,10 +33,23 @@ async def test_cancelling_an_enclosing_scope_rolls_back_then_propagates() -> Non
     assert (report.status, report.failure_kind) == (SagaStatus.ROLLED_BACK, FailureKind.CANCELLED)
 
 
+def expire_when_called(scope: anyio.CancelScope) -> Callable[[], None]:
+    """Move `scope`'s deadline to now: it expires once the hanging card step is under way, not before.
+
+    A short fixed deadline would race the forward steps: on a loaded machine it could land in flight
+    or hotel instead, and the saga would roll back less than the test expects.
+    """
+
+    def expire() -> None:
+        scope.deadline = anyio.current_time()
+
+    return expire
+
+
 async def test_move_on_after_around_the_saga_still_rolls_back() -> None:
     calls, capture = Calls(), EventCapture()
-    with anyio.move_on_after(0.02) as scope:
-        await WorkflowEngine(sinks=[capture]).run_saga(hanging_travel(calls))
+    with anyio.move_on_after(60) as scope:
+        await WorkflowEngine(sinks=[capture]).run_saga(hanging_travel(calls, expire_when_called(scope)))
     assert scope.cancelled_caught
     assert capture.trail() == ROLLED_BACK_TRAIL
 
@@ -59,10 +74,16 @@ async def test_compensations_are_shielded_from_the_cancellation() -> None:
             await anyio.sleep(0.01)  # would raise at once if the cancellation reached it
             finished.append(self.name)
 
-    steps = [SlowUndo("flight", calls), SlowUndo("hotel", calls), Recorded("card", calls, hang=True)]
-    with anyio.move_on_after(0.01):
+    with anyio.move_on_after(60) as scope:
+        steps = [
+            SlowUndo("flight", calls),
+            SlowUndo("hotel", calls),
+            Recorded("card", calls, hang=True, on_execute=expire_when_called(scope)),
+        ]
         await WorkflowEngine(sinks=[capture]).run_saga(steps)
+    assert scope.cancelled_caught
     assert finished == ["hotel", "flight"]
+    assert capture.trail() == ROLLED_BACK_TRAIL
 
 
 async def test_keyboard_interrupt_in_a_step_rolls_back_then_propagates_unchanged() -> None:

@@ -204,12 +204,13 @@ class Scripted:
             raise RuntimeError(f"{self.name} undo {self.undo_calls} failed")
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 @settings(max_examples=40, deadline=None)
 @given(
     count=st.integers(min_value=1, max_value=8),
     data=st.data(),
 )
-def test_any_real_run_renders_consistently(count: int, data: st.DataObject) -> None:
+def test_any_real_run_renders_consistently(backend: str, count: int, data: st.DataObject) -> None:
     """Whatever the engine does, the model matches its report and every rendering agrees with the model."""
     fail_at = data.draw(st.none() | st.integers(min_value=0, max_value=count - 1), label="fail_at")
     undo_fails = data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count), label="undo_fails")
@@ -219,7 +220,7 @@ def test_any_real_run_renders_consistently(count: int, data: st.DataObject) -> N
     async def main() -> SagaRun:
         return await engine.run_saga(steps, AegisContext(), name="prop")
 
-    run = anyio.run(main)
+    run = anyio.run(main, backend=backend)
     model = fold(run.events)
     assert model.status is run.status
     assert model.event_count == len(run.events)

@@ -15,6 +15,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
 from traitlets.config import Config
 
+from aegis_nb.diagram import fold
+from aegis_nb.notebook import static_bundle
 from aegis_nb.notebook.background import BackgroundRun
 from aegis_nb.notebook.blocking import blocking_transformer
 from aegis_nb.notebook.cellsurface import WIDGET_MIME
@@ -75,6 +77,12 @@ def displays(shell: InteractiveShell) -> list[dict[str, Any]]:
     publisher = shell.display_pub
     assert isinstance(publisher, CapturingDisplayPublisher)
     return list(publisher.outputs)
+
+
+def without_timings(text: str) -> str:
+    """`text` with its durations made TIME (they vary from run to run), its lines kept."""
+    text = re.sub(r" +\+\d+(\.\d+)? (ms|s)\b", " +TIME", text)
+    return re.sub(r"\b\d+(\.\d+)? (ms|s)\b", "TIME", text)
 
 
 def magics(shell: InteractiveShell) -> AegisMagics:
@@ -216,7 +224,7 @@ def test_a_rollback_shows_one_line_and_the_diagram_not_a_traceback(
     assert result.result is None
     out, err = capsys.readouterr()
     assert err == "SagaRolledBack: saga 'trip': Card Declined! — rolled back: BookFlight\n"
-    assert 'Canceling flight "Lisbon"...' in out
+    assert out == 'Booking flight to Lisbon...\nCanceling flight "Lisbon"...\n'  # the failed charge never ran
     run = shell.user_ns["run"]
     assert [outline(event) for event in run.events] == [
         ("SagaStarted",),
@@ -238,10 +246,22 @@ def test_a_rollback_shows_one_line_and_the_diagram_not_a_traceback(
     assert [d["update"] for d in shown] == [False, True, False]
     assert shown[0]["data"]["text/plain"] == shown[1]["data"]["text/plain"] == ""
     static = shown[2]["data"]
-    assert static["text/html"].startswith('<div class="aegis-static"')
-    assert 'alt="trip: rolled back' in static["text/html"]
-    assert static["text/plain"].startswith("trip — ROLLED BACK")
-    assert static["text/plain"].endswith("Card Declined! — rolled back: BookFlight\n")
+    assert static == static_bundle(fold(run.events))
+    assert 'alt="trip: rolled back — Card Declined! — rolled back: BookFlight"' in static["text/html"]
+    assert without_timings(static["text/plain"]) == (
+        f"trip — ROLLED BACK · 2 steps · TIME · run {run.run_id[:8]}\n"
+        "✗ ChargeCard: InjectedFailure: Card Declined!\n"
+        "\n"
+        " +TIME  Engine → 1 BookFlight  execute()\n"
+        " +TIME  Engine ← 1 BookFlight  ok · TIME\n"
+        " +TIME  Engine → 2 ChargeCard  execute()\n"
+        " +TIME  Engine ← 2 ChargeCard  ✗ InjectedFailure: Card Declined! · TIME\n"
+        "┌─ ⟲ Rollback triggered\n"
+        "│ +TIME  Engine → 1 BookFlight  compensate()\n"
+        "│ +TIME  Engine ← 1 BookFlight  undone · TIME\n"
+        "└─\n"
+        "Card Declined! — rolled back: BookFlight\n"
+    )
 
 
 def test_injected_faults_wrap_the_run_and_leave_the_users_step_alone(shell: InteractiveShell) -> None:
@@ -437,7 +457,7 @@ def test_mock_travel_binds_the_tools_and_reports_the_ledger(
     )
     out, err = capsys.readouterr()
     assert err == ""
-    assert "travel ledger: empty → 1 flight, 1 hotel, 1 charge ($" in out
+    assert out == "travel ledger: empty → 1 flight, 1 hotel, 1 charge ($555.00 held)\n"
     assert shell.user_ns["booked"].ok
     ok(
         shell,
@@ -446,7 +466,7 @@ def test_mock_travel_binds_the_tools_and_reports_the_ledger(
         "BookFlight(destination='Porto')\nReserveHotel(city='Porto', nights=2)\nChargeCard\n",
     )
     out, err = capsys.readouterr()
-    assert "travel ledger unchanged: 1 flight, 1 hotel, 1 charge ($" in out
+    assert out == "travel ledger unchanged: 1 flight, 1 hotel, 1 charge ($555.00 held)\n"
     assert err == (
         # The travel steps are in doubt and an injected failure is not the tool's own refusal,
         # so the failed ChargeCard is undone too (by its idempotency key).
@@ -490,23 +510,26 @@ def test_cancelling_a_background_saga_still_rolls_back_what_it_did(
     shell: InteractiveShell, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ok(shell, BOOK_FLIGHT)
-    ok(shell, "import asyncio\nnever = asyncio.Event()")
+    ok(shell, "import asyncio\nreached, never = asyncio.Event(), asyncio.Event()")
     ok(
         shell,
-        "%%aegis_step Wait\nasync def execute(ctx):\n    await never.wait()\n"
+        "%%aegis_step Wait\nasync def execute(ctx):\n    reached.set()\n    await never.wait()\n"
         "async def compensate(ctx):\n    pass\n",
     )
+    capsys.readouterr()
     job = ok(shell, "%aegis_saga BookFlight Wait --background --name trip -o run").result
     assert isinstance(job, BackgroundRun)
     shell.user_ns["job"] = job
-    ok(shell, "await asyncio.sleep(0)")  # one turn of the loop: the saga reaches Wait (not a timed wait)
+    ok(shell, "_ = await asyncio.wait_for(reached.wait(), 30)")  # in Wait, BookFlight done: cancel there
+    assert not job.task.done()
     job.cancel()
     ok(shell, "done, _ = await asyncio.wait([job.task])")
     assert repr(job) == "<saga trip: cancelled>"
-    assert capsys.readouterr().out.splitlines()[-2:] == [
-        "Booking flight to Lisbon...",
-        'Canceling flight "Lisbon"...',
-    ]
+    assert capsys.readouterr().out == (
+        "Out[5]: <saga trip running in the background: `await` this for its SagaRun>\n"  # the cell's value
+        "Booking flight to Lisbon...\n"
+        'Canceling flight "Lisbon"...\n'
+    )
     assert "run" not in shell.user_ns  # a cancelled saga has no outcome to bind
 
 

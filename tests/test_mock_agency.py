@@ -196,9 +196,8 @@ async def test_random_failures_follow_the_seed() -> None:
         return results
 
     first, second = await outcomes(), await outcomes()
-    assert first == second
-    assert True in first
-    assert False in first
+    # Call n fails when the n-th draw of random.Random(4) is below 0.5; a fresh agency starts over.
+    assert first == second == [False] * 6 + [True, True, True, False, True, False]
 
 
 async def test_unknown_ids_are_refused_with_the_ledger_message() -> None:

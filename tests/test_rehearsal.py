@@ -98,9 +98,22 @@ def test_the_in_doubt_travel_saga_is_safe_in_every_scenario(shell: InteractiveSh
         ("ChargeCard times out after acting", ["undone", "undone", "undone"], "rolled_back"),
     ]
     assert [row.leftovers for row in rehearsal.results] == [()] * 7
-    text = repr(rehearsal)
-    assert text.splitlines()[0] == "rehearsal of trip: ✓ safe: in all 7 scenarios the ledger ends clean"
-    assert "to fix:" not in text
+    assert repr(rehearsal) == (
+        "rehearsal of trip: ✓ safe: in all 7 scenarios the ledger ends clean\n"
+        "\n"
+        "scenario                             BookFlight  ReserveHotel  ChargeCard  "
+        "outcome      ledger after\n"
+        "───────────────────────────────────  ──────────  ────────────  ──────────  ───────────  "
+        "──────────────────────────────────────────\n"
+        "all steps succeed                    ✓ done      ✓ done        ✓ done      committed    "
+        "1 flight, 1 hotel, 1 charge ($555.00 held)\n"
+        "BookFlight fails                     ↶ undone    · not run     · not run   rolled back  clean\n"
+        "ReserveHotel fails                   ↶ undone    ↶ undone      · not run   rolled back  clean\n"
+        "ChargeCard fails                     ↶ undone    ↶ undone      ↶ undone    rolled back  clean\n"
+        "BookFlight times out after acting    ↶ undone    · not run     · not run   rolled back  clean\n"
+        "ReserveHotel times out after acting  ↶ undone    ↶ undone      · not run   rolled back  clean\n"
+        "ChargeCard times out after acting    ↶ undone    ↶ undone      ↶ undone    rolled back  clean\n"
+    )
     # Each scenario started from a fresh ledger: the shell's own agency saw none of it.
     assert shell.user_ns["travel"].agency.state().is_empty
 
@@ -132,6 +145,28 @@ def test_a_lying_compensation_and_a_step_not_in_doubt_show_up_red(shell: Interac
         "LazyHotel times out after acting: LazyHotel.compensate() returned, but HT-0001 is still live — "
         "the compensation does not undo what execute did.",
     ]
+    assert repr(rehearsal) == (
+        "rehearsal of lazy: ✗ unsafe: 2 of 5 scenarios leave the world in a state nobody wanted\n"
+        "\n"
+        "scenario                          Flight                 LazyHotel                           "
+        "outcome      ledger after\n"
+        "────────────────────────────────  ─────────────────────  ──────────────────────────────────  "
+        "───────────  ──────────────────\n"
+        "all steps succeed                 ✓ done                 ✓ done                              "
+        "committed    1 flight, 1 hotel\n"
+        "Flight fails                      ✗ failed               · not run                           "
+        "rolled back  clean\n"
+        "LazyHotel fails                   ↶ undone               ↶ undone                            "
+        "rolled back  clean\n"
+        "Flight times out after acting     !! left live: FL-0001  · not run                           "
+        "rolled back  LEFT LIVE: FL-0001\n"
+        "LazyHotel times out after acting  ↶ undone               ↶! undone, but still live: HT-0001  "
+        "rolled back  LEFT LIVE: HT-0001\n"
+        "\n"
+        "to fix:\n"
+        "  - " + rehearsal.problems()[0] + "\n"
+        "  - " + rehearsal.problems()[1] + "\n"
+    )
     html = rehearsal._repr_mimebundle_()["text/html"]
     assert "✗ unsafe: 2 of 5 scenarios" in html
     assert "#b91c1c" in html
