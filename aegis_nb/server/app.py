@@ -42,7 +42,13 @@ from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.recorder import Journal
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
 from aegis_nb.server.progress import RequestObserver, progress_sender
-from aegis_nb.server.results import committed_result, error_result, failed_result, workflow_output_schema
+from aegis_nb.server.results import (
+    committed_result,
+    error_result,
+    failed_result,
+    timed_out_result,
+    workflow_output_schema,
+)
 from aegis_nb.server.routing import Observing
 from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
 
@@ -243,7 +249,7 @@ class AegisMCP(MCPServer[Any]):
         except SagaFailed as exc:
             return failed_result(exc.report, events, clock() - started)
         except ToolTimeoutError as exc:
-            return error_result(f"workflow {spec.name!r}: {exc}")
+            return timed_out_result(f"workflow {spec.name!r}: {exc}", exc)
         except Exception as exc:
             # Not a saga failure: the workflow's own code raised. Say what, minus any secret.
             text = scrub(str(exc), _secrets(events))
@@ -323,7 +329,7 @@ class AegisMCP(MCPServer[Any]):
                         is_error=True,
                     )
                 except ToolTimeoutError as exc:
-                    return error_result(str(exc))
+                    return timed_out_result(str(exc), exc)
 
         publish_signature(
             run_tool,

@@ -19,6 +19,11 @@ TIMEOUT_META_KEY: Final = "aegis-nb/timeoutMs"
 """``_meta`` key of a ``tools/call`` request: milliseconds the client will wait (a positive number)."""
 
 
+TIMED_OUT_META_KEY: Final = "aegis-nb/timedOutMs"
+"""``_meta`` key of an error result: the call was stopped at its deadline mid-way, so what it did is
+in doubt (not refused). Its value is the call's budget in milliseconds, or null when unknown."""
+
+
 class InvalidRequestMeta(AegisError, ValueError):
     """The request's ``_meta`` carries an unusable value; nothing ran."""
 
@@ -36,11 +41,15 @@ def request_deadline(
     raw = None if meta is None else meta.get(TIMEOUT_META_KEY)
     if raw is None:
         return deadline
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw <= 0:
+    # Compared, not converted: JSON ints have no bound, and one past float range must not overflow.
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw < math.inf:
         raise InvalidRequestMeta(
             f"_meta[{TIMEOUT_META_KEY!r}] must be a positive number of milliseconds, got {raw!r}"
         )
-    return min(deadline, now + raw / 1000.0)
+    try:
+        return min(deadline, now + raw / 1000.0)
+    except OverflowError:  # an int past float range: longer than any deadline
+        return deadline
 
 
 def check_timeout(timeout: float | None, what: str) -> float | None:

@@ -20,8 +20,10 @@ from pydantic_core import to_json
 from typing_extensions import TypedDict
 
 from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.report import SagaReport, SagaStatus
 from aegis_nb.saga.events import SagaCommitted, SagaEvent, SagaStarted, StepSucceeded
+from aegis_nb.server.deadline import TIMED_OUT_META_KEY
 
 
 class StepTiming(TypedDict):
@@ -148,6 +150,20 @@ def failed_result(report: SagaReport, events: Sequence[SagaEvent], duration: flo
 def error_result(text: str) -> CallToolResult:
     """``is_error=True`` with `text` only: the call was refused or failed before any saga ran."""
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def timed_out_result(text: str, exc: ToolTimeoutError) -> CallToolResult:
+    """``is_error=True`` for a call stopped at its deadline: marked in ``_meta`` as in doubt if it started.
+
+    A plain error reads as the tool's answer that it did not act (`unwrap_result` raises `ToolError`,
+    and the engine then skips an in-doubt step's compensation); a call cut off mid-way may have acted.
+    """
+    if exc.budget is not None and exc.budget <= 0:  # the deadline had passed: it never started
+        return error_result(text)
+    budget = None if exc.budget is None else _ms(exc.budget)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], is_error=True, _meta={TIMED_OUT_META_KEY: budget}
+    )
 
 
 def _timings(events: Sequence[SagaEvent], run_id: str) -> list[StepTiming]:

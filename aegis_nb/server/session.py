@@ -10,14 +10,15 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Protocol, cast
 
 from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
-from aegis_nb.kernel.errors import ToolError
+from aegis_nb.kernel.errors import ToolError, ToolTimeoutError
+from aegis_nb.server.deadline import TIMED_OUT_META_KEY
 
 
 class ToolCaller(Protocol):
@@ -42,10 +43,18 @@ class ToolSession:
         *,
         meta: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The tool's structured content (or its text parsed as JSON, or ``{"text": ...}``)."""
+        """The tool's structured content (or its text parsed as JSON, or ``{"text": ...}``).
+
+        Argument values may come from a context's metadata: its frozen mappings and tuples are sent
+        as JSON objects and arrays.
+        """
         request_meta = None if meta is None else cast(RequestParamsMeta, dict(meta))
-        # The client only reads the arguments: a dict is passed as it is, anything else copied.
-        sent = arguments if type(arguments) is dict else dict(arguments or {})
+        # The client only reads the arguments: a dict of flat values is passed as it is.
+        sent: dict[str, Any]
+        if type(arguments) is dict and _FLAT.issuperset(map(type, arguments.values())):
+            sent = arguments
+        else:
+            sent = _plain(arguments or {})
         result = await self.client.call_tool(name, sent, meta=request_meta)
         return unwrap_result(name, result)
 
@@ -55,20 +64,50 @@ class ToolSession:
         return [tool.name for tool in listing.tools]
 
 
+_FLAT = frozenset((str, int, float, bool, type(None)))
+"""Argument value types the SDK sends as they are."""
+
+
+def _plain(value: Any) -> Any:
+    """`value` with every mapping a dict and every tuple a list: the SDK serializes no frozen ones."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    return value
+
+
 def unwrap_result(tool: str, result: CallToolResult) -> dict[str, Any]:
-    """Plain data from a tool result; `ToolError` (with the text and structure) when it is an error."""
+    """Plain data from a tool result; `ToolError` (with the text and structure) when it is an error.
+
+    An error an `AegisMCP` server marks as stopped at its deadline mid-way raises `ToolTimeoutError`
+    instead: the tool may have acted, so an in-doubt step is still compensated.
+    """
     structured = result.structured_content
     if structured is not None and not result.is_error:
         # The result's own fresh dict needs no copy (the text block only repeats it).
         return structured if isinstance(structured, dict) else dict(structured)
     text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
     if result.is_error:
+        if result.meta is not None and TIMED_OUT_META_KEY in result.meta:
+            raise _timed_out(tool, text, result.meta[TIMED_OUT_META_KEY])
         raise ToolError(tool, text or "the tool reported an error", result.structured_content)
     try:
         parsed = json.loads(text)
     except ValueError:
         return {"text": text}
     return parsed if isinstance(parsed, dict) else {"result": parsed}
+
+
+def _timed_out(tool: str, text: str, budget_ms: object) -> ToolTimeoutError:
+    budget: float | None = None
+    if isinstance(budget_ms, int | float) and not isinstance(budget_ms, bool):
+        with suppress(OverflowError):  # an int past float range: no budget worth saying
+            budget = budget_ms / 1000
+    error = ToolTimeoutError(tool, budget)
+    if text:
+        error.args = (text,)  # the server's own words, which name what ran out of time
+    return error
 
 
 @asynccontextmanager
