@@ -18,7 +18,8 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaRolledBack, ToolError, ToolTimeoutError
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.server.app import AegisMCP
-from aegis_nb.server.deadline import TIMED_OUT_META_KEY, TIMEOUT_META_KEY, request_deadline
+from aegis_nb.server.deadline import TIMEOUT_META_KEY, request_deadline
+from aegis_nb.server.results import TIMED_OUT_META_KEY
 from aegis_nb.server.session import connect, unwrap_result
 from aegis_nb.server.tool_step import ToolPairStep
 

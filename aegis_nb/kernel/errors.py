@@ -4,7 +4,8 @@
      ├── ToolTimeoutError          (also TimeoutError) a step or tool ran past its context deadline
      ├── SagaDefinitionError       (also TypeError)    a saga or step is malformed; nothing ran
      ├── StepResultError           (also TypeError)    execute() returned neither a context nor None
-     ├── ToolError                                     an MCP tool call came back with is_error
+     ├── ToolError                                     an MCP tool call came back with is_error;
+     │                                                 `refused`: the tool said it did not act
      └── SagaFailed                                    a saga did not commit; carries a SagaReport
           ├── SagaRolledBack                           every completed step was compensated
           └── SagaCompensationFailed                   some compensation still failed: see report
@@ -50,16 +51,31 @@ class ToolError(AegisError):
     """An MCP tool answered with ``is_error``: `message` is its text, `structured` its structured content.
 
     The error reads as the tool's own words (a saga report then says "Card Declined!"); `tool` names
-    the tool. A workflow served by `AegisMCP` that rolled back arrives this way, its report as
-    `structured`. Tools served by `AegisMCP` may raise it to refuse a call in their own words, and
-    a `ToolPairStep` raises it when it refuses to call its tool: either way, nothing was done.
+    the tool. `refused` (the default) says the tool did not act, so a failed in-doubt step owes no
+    compensation: tools served by `AegisMCP` raise it to refuse a call in their own words, a
+    `ToolPairStep` raises it when it refuses to call its tool, and a workflow that rolled back arrives
+    this way, its report as `structured`. An error that does not say so (a tool that crashed, any
+    server but `AegisMCP`) arrives with ``refused=False``: the tool may have acted first.
     """
 
-    def __init__(self, tool: str, message: str, structured: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        tool: str,
+        message: str,
+        structured: dict[str, object] | None = None,
+        *,
+        refused: bool = True,
+    ) -> None:
         self.tool = tool
         self.message = message
         self.structured = structured
+        self.refused = refused
         super().__init__(message)
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """Whether `exc` is a tool's own answer that it did not act (a `ToolError` with `refused`)."""
+    return isinstance(exc, ToolError) and exc.refused
 
 
 class SagaFailed(AegisError):

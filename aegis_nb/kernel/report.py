@@ -41,8 +41,8 @@ class FailureKind(enum.Enum):
 class ErrorInfo:
     """An exception reduced to its type name and (secret-scrubbed) message.
 
-    `refused` says the exception was a `ToolError` (or a subclass): the tool's own answer that it
-    did not act, so a failed in-doubt step owes no compensation, live or after a crash. It is kept
+    `refused` says the exception was a refusing `ToolError` (`is_refusal`): the tool's own answer
+    that it did not act, so a failed in-doubt step owes no compensation, live or after a crash. It is kept
     as a flag because recovery reads the journal, where only the type's name would otherwise remain,
     and a name cannot tell a subclass. It is not part of `SagaReport.to_json` (the MCP shape).
     """
@@ -54,9 +54,9 @@ class ErrorInfo:
     @classmethod
     def from_exception(cls, exc: BaseException, secrets: Iterable[str] = ()) -> ErrorInfo:
         # Imported here: kernel.errors imports this module (for SagaReport) at import time.
-        from aegis_nb.kernel.errors import ToolError
+        from aegis_nb.kernel.errors import is_refusal
 
-        return cls(type(exc).__name__, scrub(_text(exc), secrets), refused=isinstance(exc, ToolError))
+        return cls(type(exc).__name__, scrub(_text(exc), secrets), refused=is_refusal(exc))
 
     def __str__(self) -> str:
         return self.message or self.type

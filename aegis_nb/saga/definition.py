@@ -4,7 +4,7 @@ A step is any object with ``async execute(ctx, *args, **kwargs)`` and ``async co
 **kwargs)``. Optional attributes tune it: ``name`` (display name), ``timeout`` (seconds, on top of the
 context deadline), ``compensation_retry`` (a `RetryPolicy`) and ``in_doubt`` (compensate this step
 even when its own execute failed, timed out or was cancelled, because the effect may have happened;
-not after a `ToolError`, which is the tool's own answer that it did not act).
+not after a refusing `ToolError`, which is the tool's own answer that it did not act).
 
 Sync ``def`` methods are rejected rather than run in a thread: a thread cannot be cancelled at the
 deadline, so the timeout guarantee would be a lie.

@@ -22,7 +22,6 @@ from aegis_nb.kernel.errors import (
     SagaFailed,
     SagaRolledBack,
     StepResultError,
-    ToolError,
     ToolTimeoutError,
 )
 from aegis_nb.kernel.executor import DeadlineGuard
@@ -233,8 +232,8 @@ class Forward:
                 await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
             else:
                 await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
-            # A ToolError is the tool's own answer that it did not act: nothing is in doubt.
-            if failed.in_doubt and not isinstance(exc, ToolError):
+            # A refusal is the tool's own answer that it did not act: nothing is in doubt.
+            if failed.in_doubt and not cause.refused:
                 owed = chain([(failed, step_input)], owed)
         result = await roll_back(
             recorder,

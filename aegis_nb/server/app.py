@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
-from mcp.types import CallToolResult, Icon, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, Icon, ToolAnnotations
 
 from aegis_nb.kernel.clock import Clock, loop_clock
 from aegis_nb.kernel.context import AegisContext
@@ -213,7 +213,7 @@ class AegisMCP(MCPServer[Any]):
             try:
                 deadline = request_deadline(None if request is None else request.meta, spec.timeout, started)
             except InvalidRequestMeta as exc:
-                return error_result(str(exc))
+                return error_result(str(exc), refused=True)
             ctx = AegisContext(deadline=deadline)
             report = progress_sender(request)
             if report is None:
@@ -223,7 +223,7 @@ class AegisMCP(MCPServer[Any]):
                 with Observing(events.append, spec.name):
                     return await app._invoke(spec, ctx, kwargs, events, clock, started)
             observer = RequestObserver()
-            outcome = error_result("workflow did not finish")
+            outcome = error_result("workflow did not finish", refused=False)
             with Observing(observer, spec.name):
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(observer.forward_progress, report)
@@ -253,7 +253,8 @@ class AegisMCP(MCPServer[Any]):
         except Exception as exc:
             # Not a saga failure: the workflow's own code raised. Say what, minus any secret.
             text = scrub(str(exc), _secrets(events))
-            return error_result(f"workflow {spec.name!r} failed: {type(exc).__name__}: {text}")
+            # It may have acted (a saga of its own may even have committed): not a refusal.
+            return error_result(f"workflow {spec.name!r} failed: {type(exc).__name__}: {text}", refused=False)
         return committed_result(returned, events, clock() - started)
 
     # -- plain tools ----------------------------------------------------------------------------
@@ -311,7 +312,7 @@ class AegisMCP(MCPServer[Any]):
             try:
                 deadline = request_deadline(request_meta(request), app.tool_timeout)
             except InvalidRequestMeta as exc:
-                return error_result(str(exc))
+                return error_result(str(exc), refused=True)
             # A clean slate (see aegis_nb.server.routing): called in-process from another server's
             # workflow step, the tool runs in that caller's context, and the sagas it runs must not
             # be reported to the caller's request. They are named after the tool.
@@ -323,11 +324,7 @@ class AegisMCP(MCPServer[Any]):
                         tool_name, AegisContext(deadline=deadline), fn, **kwargs
                     )
                 except ToolError as exc:
-                    return CallToolResult(
-                        content=[TextContent(type="text", text=exc.message)],
-                        structured_content=exc.structured,
-                        is_error=True,
-                    )
+                    return error_result(exc.message, refused=exc.refused, structured=exc.structured)
                 except ToolTimeoutError as exc:
                     return timed_out_result(str(exc), exc)
 

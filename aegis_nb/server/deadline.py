@@ -19,11 +19,6 @@ TIMEOUT_META_KEY: Final = "aegis-nb/timeoutMs"
 """``_meta`` key of a ``tools/call`` request: milliseconds the client will wait (a positive number)."""
 
 
-TIMED_OUT_META_KEY: Final = "aegis-nb/timedOutMs"
-"""``_meta`` key of an error result: the call was stopped at its deadline mid-way, so what it did is
-in doubt (not refused). Its value is the call's budget in milliseconds, or null when unknown."""
-
-
 class InvalidRequestMeta(AegisError, ValueError):
     """The request's ``_meta`` carries an unusable value; nothing ran."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, Literal, NotRequired, cast
+from typing import Any, Final, Literal, NotRequired, cast
 
 from mcp.types import CallToolResult, TextContent
 from pydantic import TypeAdapter
@@ -23,7 +23,17 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.report import SagaReport, SagaStatus
 from aegis_nb.saga.events import SagaCommitted, SagaEvent, SagaStarted, StepSucceeded
-from aegis_nb.server.deadline import TIMED_OUT_META_KEY
+
+REFUSED_META_KEY: Final = "aegis-nb/refused"
+"""``_meta`` key of an error result (value ``true``): the call did nothing, so there is nothing to
+undo. Errors without it may have acted first (a tool that crashed): `unwrap_result` tells the two
+apart, and the engine compensates a failed in-doubt step unless it was refused."""
+
+TIMED_OUT_META_KEY: Final = "aegis-nb/timedOutMs"
+"""``_meta`` key of an error result: the call was stopped at its deadline mid-way, so what it did is
+in doubt (not refused). Its value is the call's budget in milliseconds, or null when unknown."""
+
+_REFUSED: Final = {REFUSED_META_KEY: True}
 
 
 class StepTiming(TypedDict):
@@ -124,8 +134,12 @@ def committed_result(returned: object, events: Sequence[SagaEvent], duration: fl
 
 
 def failed_result(report: SagaReport, events: Sequence[SagaEvent], duration: float) -> CallToolResult:
-    """``is_error=True``: the summary as text; as structure, the same shape with the whole report."""
-    status: Literal["rolled_back", "stuck"] = "stuck" if report.status is SagaStatus.STUCK else "rolled_back"
+    """``is_error=True``: the summary as text; as structure, the same shape with the whole report.
+
+    Rolled back, the call left nothing standing, as if refused; stuck, it did not say so.
+    """
+    stuck = report.status is SagaStatus.STUCK
+    status: Literal["rolled_back", "stuck"] = "stuck" if stuck else "rolled_back"
     structured = WorkflowResult(
         status=status,
         run_id=report.run_id,
@@ -144,22 +158,28 @@ def failed_result(report: SagaReport, events: Sequence[SagaEvent], duration: flo
         content=[TextContent(type="text", text=report.summary())],
         structured_content=dict(structured),
         is_error=True,
+        _meta=None if stuck else dict(_REFUSED),
     )
 
 
-def error_result(text: str) -> CallToolResult:
-    """``is_error=True`` with `text` only: the call was refused or failed before any saga ran."""
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+def error_result(text: str, *, refused: bool, structured: dict[str, Any] | None = None) -> CallToolResult:
+    """``is_error=True`` with `text` (and `structured`, if any); `refused`: the call did nothing."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=structured,
+        is_error=True,
+        _meta=dict(_REFUSED) if refused else None,
+    )
 
 
 def timed_out_result(text: str, exc: ToolTimeoutError) -> CallToolResult:
     """``is_error=True`` for a call stopped at its deadline: marked in ``_meta`` as in doubt if it started.
 
-    A plain error reads as the tool's answer that it did not act (`unwrap_result` raises `ToolError`,
-    and the engine then skips an in-doubt step's compensation); a call cut off mid-way may have acted.
+    A call cut off mid-way may have acted: `unwrap_result` raises `ToolTimeoutError` for it, and the
+    engine compensates an in-doubt step.
     """
     if exc.budget is not None and exc.budget <= 0:  # the deadline had passed: it never started
-        return error_result(text)
+        return error_result(text, refused=True)
     budget = None if exc.budget is None else _ms(exc.budget)
     return CallToolResult(
         content=[TextContent(type="text", text=text)], is_error=True, _meta={TIMED_OUT_META_KEY: budget}

@@ -18,7 +18,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
 from aegis_nb.kernel.errors import ToolError, ToolTimeoutError
-from aegis_nb.server.deadline import TIMED_OUT_META_KEY
+from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY
 
 
 class ToolCaller(Protocol):
@@ -80,8 +80,10 @@ def _plain(value: Any) -> Any:
 def unwrap_result(tool: str, result: CallToolResult) -> dict[str, Any]:
     """Plain data from a tool result; `ToolError` (with the text and structure) when it is an error.
 
-    An error an `AegisMCP` server marks as stopped at its deadline mid-way raises `ToolTimeoutError`
-    instead: the tool may have acted, so an in-doubt step is still compensated.
+    The error is a refusal (`ToolError.refused`: nothing was done) only when the result says so, as
+    an `AegisMCP` server's refusals do (``_meta["aegis-nb/refused"]``); any other error may come
+    after the tool acted, so a failed in-doubt step is compensated. One that an `AegisMCP` server
+    marks as stopped at its deadline mid-way raises `ToolTimeoutError`.
     """
     structured = result.structured_content
     if structured is not None and not result.is_error:
@@ -89,9 +91,12 @@ def unwrap_result(tool: str, result: CallToolResult) -> dict[str, Any]:
         return structured if isinstance(structured, dict) else dict(structured)
     text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
     if result.is_error:
-        if result.meta is not None and TIMED_OUT_META_KEY in result.meta:
-            raise _timed_out(tool, text, result.meta[TIMED_OUT_META_KEY])
-        raise ToolError(tool, text or "the tool reported an error", result.structured_content)
+        meta = result.meta or {}
+        if TIMED_OUT_META_KEY in meta:
+            raise _timed_out(tool, text, meta[TIMED_OUT_META_KEY])
+        message = text or "the tool reported an error"
+        refused = meta.get(REFUSED_META_KEY) is True
+        raise ToolError(tool, message, result.structured_content, refused=refused)
     try:
         parsed = json.loads(text)
     except ValueError:

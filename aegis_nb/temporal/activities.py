@@ -35,7 +35,7 @@ from temporalio.worker import Worker
 
 from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import StepResultError, ToolError, ToolTimeoutError
+from aegis_nb.kernel.errors import StepResultError, ToolTimeoutError, is_refusal
 from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.report import scrub
 from aegis_nb.kernel.text import replace_surrogates
@@ -184,12 +184,12 @@ async def _outlasting(task: asyncio.Future[T], scope: anyio.CancelScope) -> T:
 def _reported(exc: Exception, ctx: AegisContext, *, at_limit: bool = False) -> ApplicationError:
     """`exc` as the workflow will see it: type name, scrubbed message, and what kind of failure.
 
-    The details say whether the tool refused (a `ToolError`), whether it timed out, with which
+    The details say whether the tool refused (`is_refusal`), whether it timed out, with which
     budget and whether at the call's own limit, and which attempt this was (a later one means an
     earlier one's worker was lost).
     """
     details: dict[str, Any] = {
-        "tool_error": isinstance(exc, ToolError),
+        "tool_error": is_refusal(exc),
         "timeout": isinstance(exc, ToolTimeoutError),
         "attempt": activity.info().attempt,
     }

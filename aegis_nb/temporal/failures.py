@@ -27,7 +27,7 @@ from aegis_nb.kernel.report import ErrorInfo, FailureKind
 class StepError(Exception):
     """A step's failure as the workflow knows it: the error it reported, and how to treat it.
 
-    `info.refused` says the step's tool did not act (a `ToolError`); `lost` says an attempt's worker
+    `info.refused` says the step's tool did not act (a refusing `ToolError`); `lost` says an attempt's worker
     was lost, so the step may have acted whatever its last attempt said.
     """
 

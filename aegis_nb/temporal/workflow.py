@@ -7,7 +7,7 @@ engine's (`saga.engine`, `saga.rollback`):
 
 - forward in order; the context a step returns is its snapshot; past the deadline, `StepTimedOut`;
 - on any failure, compensate completed steps newest first, each with its own snapshot and a fresh
-  budget, plus the failed step if it is in doubt and did not fail with a `ToolError`;
+  budget, plus the failed step if it is in doubt and was not refused (a refusing `ToolError`);
 - compensation retries run *here*, one activity per attempt, so each attempt has its own
   `CompensationStarted`/`CompensationFailed` events and the step's `RetryPolicy` backoff is a
   durable workflow timer. Temporal's own activity retries are kept for what is not the step's
@@ -215,7 +215,7 @@ class _Run:
                 await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
             else:
                 await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
-            # A ToolError is the tool's word that this attempt did not act; a lost attempt may have.
+            # A refusal is the tool's word that this attempt did not act; a lost attempt may have.
             if (failed.in_doubt and not cause.refused) or error.lost:
                 owed.insert(0, (failed, step_input))
         await self._roll_back(owed)

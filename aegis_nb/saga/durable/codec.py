@@ -4,7 +4,7 @@ Every record the journal stores is one JSON object carrying ``"v"`` (the schema 
 written with their metadata as plain JSON, their deadline (``null`` for none), and the run id and
 step position that make up the idempotency key. Secret values are never written: the record keeps
 only *where* secrets were, and decoding puts ``Secret("***")`` there, so a recovered compensation that
-needs a secret must fetch it again. Errors carry ``"refused": true`` only when set (a `ToolError`,
+needs a secret must fetch it again. Errors carry ``"refused": true`` only when set (a refusing `ToolError`,
 which recovery must not undo); records without it read as not refused. Decoding checks every field
 and raises `RecordError` saying what is wrong; the journal adds the file and the record to that.
 """

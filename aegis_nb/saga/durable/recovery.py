@@ -3,7 +3,7 @@
 What recovery does with a run follows from the journal alone (`plan_recovery`, a pure function):
 every step that succeeded is owed a compensation, with the context snapshot its execute returned;
 so is the step that was in flight or had failed, when it opted in as in-doubt (with its input
-context), unless it failed with a `ToolError`: the tool said it did not act, so, as in the live
+context), unless it failed with a refusing `ToolError`: the tool said it did not act, so, as in the live
 engine, nothing is in doubt (the journal keeps that as the error's ``refused`` flag). Compensations
 the journal shows as finished are skipped, and ones the live run already gave up on stay given up.
 A step in flight without an outcome gets a `StepFailed` (kind ``interrupted``) first, so the history
@@ -145,7 +145,7 @@ def plan_recovery(run: JournaledRun) -> RecoveryPlan:
     done = set(compensated) | set(given_up)
     owed: list[tuple[StepRecord, AegisContext]] = []
     doubtful = failed if failed is not None else interrupted
-    # As in the live engine: a step whose tool answered that it did not act (a ToolError, journaled
+    # As in the live engine: a step whose tool answered that it did not act (a refusing ToolError, journaled
     # as a refused error) is not in doubt, so it owes nothing even when it opted in as in-doubt.
     refused = failed is not None and cause.refused
     if doubtful is not None and run.steps[doubtful].in_doubt and not refused and doubtful not in done:
