@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -30,21 +28,19 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aegis_nb import AegisContext, RetryPolicy, WorkflowEngine
+from aegis_nb import AegisContext, WorkflowEngine
 from aegis_nb.kernel.report import ErrorInfo
 from aegis_nb.saga.durable.codec import SCHEMA_VERSION
 from aegis_nb.saga.events import StepTimedOut
-from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.temporal import WORKFLOW_NAME, TemporalSagaRunner, saga_worker
-from aegis_nb.testing import EventCapture, outline
+from aegis_nb.temporal import WORKFLOW_NAME, saga_worker
+from aegis_nb.testing import EventCapture
 from tests.steps import Boom, Calls, Recorded
 from tests.temporal_support import temporal_address
+from tests.test_temporal import FAST_RETRY, running, trail
 
 __all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
 
 pytestmark = pytest.mark.anyio
-
-FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.0)
 
 
 @pytest.fixture
@@ -55,22 +51,6 @@ def anyio_backend() -> str:
 @pytest.fixture
 async def client(temporal_address: str) -> Client:
     return await Client.connect(temporal_address)
-
-
-@asynccontextmanager
-async def running(
-    client: Client, *steps: object, runner_client: Client | None = None
-) -> AsyncIterator[TemporalSagaRunner]:
-    """A worker with `steps` registered by name on a fresh queue, and a runner (on `runner_client`)."""
-    queue = f"test-{uuid.uuid4().hex}"
-    async with saga_worker(client, queue, steps=steps):
-        yield TemporalSagaRunner(
-            runner_client or client, queue, steps=steps, compensation_retry=FAST_RETRY, heartbeat_timeout=1.0
-        )
-
-
-def trail(run: SagaRun) -> list[tuple[str, ...]]:
-    return [outline(event) for event in run.events]
 
 
 # -- a failing events query --------------------------------------------------------------------

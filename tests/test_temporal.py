@@ -81,13 +81,18 @@ async def client(temporal_address: str) -> Client:
 
 
 @asynccontextmanager
-async def running(client: Client, *steps: object, **options: Any) -> AsyncIterator[TemporalSagaRunner]:
-    """A worker with `steps` registered by name, and a runner that sends them by name, on a fresh queue."""
+async def running(
+    client: Client, *steps: object, runner_client: Client | None = None, **options: Any
+) -> AsyncIterator[TemporalSagaRunner]:
+    """A worker with `steps` registered by name, and a runner that sends them by name, on a fresh queue.
+
+    The runner connects through `runner_client` if given (one with interceptors, say).
+    """
     queue = f"test-{uuid.uuid4().hex}"
     options.setdefault("compensation_retry", FAST_RETRY)
     options.setdefault("heartbeat_timeout", 1.0)  # cancellations reach a step within 0.8 s
     async with saga_worker(client, queue, steps=steps):
-        yield TemporalSagaRunner(client, queue, steps=steps, **options)
+        yield TemporalSagaRunner(runner_client or client, queue, steps=steps, **options)
 
 
 def travel(calls: Calls, **card: Any) -> list[Recorded]:

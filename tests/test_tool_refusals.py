@@ -29,6 +29,17 @@ from aegis_nb.testing import EventCapture
 pytestmark = pytest.mark.anyio
 
 
+CHARGE_UNDONE = [
+    ("SagaStarted",),
+    ("StepStarted", "Charge"),
+    ("StepFailed", "Charge"),
+    ("CompensationStarted", "Charge"),
+    ("CompensationSucceeded", "Charge"),
+    ("SagaCompensated",),
+]
+"""The failed in-doubt charge is refunded."""
+
+
 def bank(ledger: dict[str, str], server: MCPServer[Any]) -> MCPServer[Any]:
     """`charge` takes effect and then crashes, or refuses a declined card before acting."""
 
@@ -69,14 +80,7 @@ async def test_a_tool_that_crashed_after_acting_is_compensated_in_doubt(framewor
     server = AegisMCP("bank") if framework == "aegis" else MCPServer("bank")
     error, capture = await charge_in_doubt(bank(ledger, server), "4242")
     assert ledger == {}  # refunded: it used to be left charged under a "rolled back" report
-    assert capture.trail() == [
-        ("SagaStarted",),
-        ("StepStarted", "Charge"),
-        ("StepFailed", "Charge"),
-        ("CompensationStarted", "Charge"),
-        ("CompensationSucceeded", "Charge"),
-        ("SagaCompensated",),
-    ]
+    assert capture.trail() == CHARGE_UNDONE
     assert error.report.compensated == ("Charge",)
     cause = error.__cause__
     assert isinstance(cause, ToolError)
@@ -109,14 +113,7 @@ async def test_an_unmarked_error_from_a_server_that_marks_nothing_is_in_doubt() 
     ledger: dict[str, str] = {}
     error, capture = await charge_in_doubt(bank(ledger, MCPServer("bank")), "declined")
     assert error.report.compensated == ("Charge",)
-    assert capture.trail() == [
-        ("SagaStarted",),
-        ("StepStarted", "Charge"),
-        ("StepFailed", "Charge"),
-        ("CompensationStarted", "Charge"),
-        ("CompensationSucceeded", "Charge"),
-        ("SagaCompensated",),
-    ]
+    assert capture.trail() == CHARGE_UNDONE
     assert ledger == {}
 
 
