@@ -469,6 +469,8 @@ def test_bad_workflow_definitions_fail_at_registration() -> None:
         app.workflow("neg", timeout=-1)(ok)
     with pytest.raises(ValueError, match="workflow_timeout must be positive seconds or None, got 0"):
         AegisMCP("bad", workflow_timeout=0)
+    with pytest.raises(ValueError, match="tool_timeout must be positive seconds or None, got 1000"):
+        AegisMCP("bad", tool_timeout=10**400)  # past float range: refused, not an OverflowError
     assert list(app.workflows) == ["ok"]
 
 
@@ -549,3 +551,29 @@ async def test_an_observer_that_raises_loses_its_own_run_and_no_other_requests_e
         result = await client.call_tool("book_vacation", {"destination": "Oslo", "nights": 1})
     assert result.structured_content is not None
     assert [step["name"] for step in result.structured_content["steps"]] == ["BookFlight", "ReserveHotel"]
+
+
+async def test_a_workflow_error_whose_str_raises_is_still_a_one_line_result() -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no words")
+
+    app = AegisMCP("agent")
+
+    @app.workflow("broken")
+    async def broken(ctx: AegisContext) -> None:
+        raise Unprintable
+
+    async with Client(app) as client:
+        result = await client.call_tool("broken", {})
+    assert result == CallToolResult(
+        content=[
+            TextContent(
+                type="text", text="workflow 'broken' failed: Unprintable: <Unprintable: str() failed>"
+            )
+        ],
+        is_error=True,
+        _meta=result.meta,  # the SDK's server info; no refusal mark: the workflow may have acted
+    )
+    assert result.meta is not None
+    assert "aegis-nb/refused" not in result.meta

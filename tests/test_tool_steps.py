@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import SagaDefinitionError, SagaRolledBack
+from aegis_nb.kernel.errors import SagaCompensationFailed, SagaDefinitionError, SagaRolledBack
 from aegis_nb.kernel.report import FailureKind
 from aegis_nb.mock import FaultPlan, Latency, ToolFaults, TravelAgency, flight_offers, hotel_rate_cents
 from aegis_nb.mock.travel import travel_saga, trip_context
@@ -247,3 +247,47 @@ async def test_a_saga_error_inside_the_session_block_arrives_as_itself() -> None
             await WorkflowEngine().execute_saga(travel_saga(session, "Lisbon", 3), trip_context(CARD))
     assert str(failure.value.__cause__) == "Card Declined!"
     assert agency.state().is_empty
+
+
+async def test_an_arguments_function_that_returns_no_mapping_refuses_without_calling_the_tool() -> None:
+    # dict() would have made {"O": "s"} of a two-letter string and called the tool with it.
+    agency, events = TravelAgency(), EventCapture()
+    async with agency.connect() as session:
+        fly = ToolPairStep(
+            session, "book_flight", "cancel_flight", name="Fly", in_doubt=True, arguments=lambda ctx: ["Os"]
+        )
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga([fly], AegisContext(), sinks=[events])
+    assert failure.value.report.summary() == (
+        "step 'Fly' did not call 'book_flight': its arguments function returned list, not a mapping "
+        "of tool arguments — rolled back: nothing to undo"
+    )
+    assert events.trail() == [
+        ("SagaStarted",),
+        ("StepStarted", "Fly"),
+        ("StepFailed", "Fly"),
+        ("SagaCompensated",),
+    ]
+    assert (agency.state().is_empty, agency.state().cancellations) == (True, 0)
+
+
+async def test_an_undo_arguments_function_that_returns_no_mapping_leaves_the_step_standing_and_says_why() -> (
+    None
+):
+    agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(declined=True)}))
+    async with agency.connect() as session:
+        fly = ToolPairStep(
+            session, "book_flight", "cancel_flight", name="Fly", undo_arguments=lambda ctx, r: None
+        )
+        card = ToolPairStep(
+            session, "charge_card", "refund_card", name="Pay", arguments=lambda ctx: {"card": CARD}
+        )
+        engine = WorkflowEngine(compensation_retry=RetryPolicy.never())
+        with pytest.raises(SagaCompensationFailed) as failure:
+            await engine.execute_saga([(fly, (), {"destination": "Oslo"}), card], AegisContext())
+    report = failure.value.report
+    assert (report.left_standing, [str(f.error) for f in report.compensation_failures]) == (
+        ("Fly",),
+        ["step 'Fly': its undo_arguments function returned NoneType, not a mapping of tool arguments"],
+    )
+    assert len(agency.state().flights) == 1

@@ -56,7 +56,7 @@ class ErrorInfo:
         # Imported here: kernel.errors imports this module (for SagaReport) at import time.
         from aegis_nb.kernel.errors import is_refusal
 
-        return cls(type(exc).__name__, scrub(_text(exc), secrets), refused=is_refusal(exc))
+        return cls(type(exc).__name__, scrub(exception_text(exc), secrets), refused=is_refusal(exc))
 
     def __str__(self) -> str:
         return self.message or self.type
@@ -136,8 +136,8 @@ class SagaReport:
         }
 
 
-def _text(exc: BaseException) -> str:
-    """``str(exc)``, or a stand-in when its ``__str__`` raises: a saga must still roll back and report."""
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when its ``__str__`` raises: a failure must still be reported."""
     try:
         return str(exc)
     except Exception:

@@ -35,7 +35,7 @@ from aegis_nb.kernel.clock import Clock, loop_clock
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, SagaFailed, ToolError, ToolTimeoutError
 from aegis_nb.kernel.executor import ToolExecutor
-from aegis_nb.kernel.report import scrub
+from aegis_nb.kernel.report import exception_text, scrub
 from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_lifespan
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent
@@ -252,7 +252,7 @@ class AegisMCP(MCPServer[Any]):
             return timed_out_result(f"workflow {spec.name!r}: {exc}", exc)
         except Exception as exc:
             # Not a saga failure: the workflow's own code raised. Say what, minus any secret.
-            text = scrub(str(exc), _secrets(events))
+            text = scrub(exception_text(exc), _secrets(events))
             # It may have acted (a saga of its own may even have committed): not a refusal.
             return error_result(f"workflow {spec.name!r} failed: {type(exc).__name__}: {text}", refused=False)
         return committed_result(returned, events, clock() - started)

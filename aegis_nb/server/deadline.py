@@ -51,8 +51,10 @@ def check_timeout(timeout: float | None, what: str) -> float | None:
     """`timeout` if it is None or positive finite seconds; else a `ValueError` naming `what`."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout):
+    # Compared, not converted: an int past float range must be refused, not overflow.
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf:
         raise ValueError(f"{what} must be positive seconds or None, got {timeout!r}")
-    if timeout <= 0:
-        raise ValueError(f"{what} must be positive seconds or None, got {timeout!r}")
-    return float(timeout)
+    try:
+        return float(timeout)
+    except OverflowError:
+        raise ValueError(f"{what} must be positive seconds or None, got {timeout!r}") from None

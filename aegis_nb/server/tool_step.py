@@ -74,7 +74,15 @@ class ToolPairStep:
 
     async def execute(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> AegisContext:
         if self.arguments is not None:
-            tool_args = dict(self.arguments(ctx, *args, **kwargs))
+            built = self.arguments(ctx, *args, **kwargs)
+            if not isinstance(built, Mapping):
+                # Refused as a ToolError, like a taken result key: the tool was not called.
+                raise ToolError(
+                    self.execute_tool,
+                    f"step {self.name!r} did not call {self.execute_tool!r}: its arguments function "
+                    f"returned {type(built).__name__}, not a mapping of tool arguments",
+                )
+            tool_args = dict(built)
         elif args:
             raise SagaDefinitionError(
                 f"step {self.name!r}: positional saga args need an `arguments` function to name them"
@@ -98,7 +106,13 @@ class ToolPairStep:
     async def compensate(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> None:
         result = ctx.metadata.get(self.result_key)
         if self.undo_arguments is not None:
-            tool_args = dict(self.undo_arguments(ctx, result))
+            built = self.undo_arguments(ctx, result)
+            if not isinstance(built, Mapping):
+                raise TypeError(
+                    f"step {self.name!r}: its undo_arguments function returned "
+                    f"{type(built).__name__}, not a mapping of tool arguments"
+                )
+            tool_args = dict(built)
         else:
             tool_args = {}
             self._add_key(ctx, tool_args)

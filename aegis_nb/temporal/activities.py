@@ -37,7 +37,7 @@ from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import StepResultError, ToolTimeoutError, is_refusal
 from aegis_nb.kernel.executor import ToolExecutor
-from aegis_nb.kernel.report import scrub
+from aegis_nb.kernel.report import exception_text, scrub
 from aegis_nb.kernel.text import replace_surrogates
 from aegis_nb.saga.durable.codec import context_to_json
 from aegis_nb.saga.durable.locator import StepResolver
@@ -197,7 +197,7 @@ def _reported(exc: Exception, ctx: AegisContext, *, at_limit: bool = False) -> A
         details["budget"] = exc.budget
     if at_limit:
         details["at_limit"] = True
-    return _failure(scrub(str(exc), ctx.secret_values()), details, type(exc).__name__)
+    return _failure(scrub(exception_text(exc), ctx.secret_values()), details, type(exc).__name__)
 
 
 def _failure(message: str, details: dict[str, Any], error_type: str) -> ApplicationError:
