@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -180,3 +181,18 @@ def test_replacing_a_tools_faults_with_bad_ones_changes_nothing() -> None:
         FaultOutcome.FAIL,
         FaultOutcome.PROCEED,
     ]
+
+
+def test_a_fault_plan_is_an_immutable_hashable_value() -> None:
+    plan = FaultPlan({"charge_card": ToolFaults(declined=True)})
+    with pytest.raises(TypeError):
+        plan.tools["book_flight"] = ToolFaults(fail_next=1)  # type: ignore[index]
+    assert plan.for_tool("book_flight") == ToolFaults()
+    same = FaultPlan({"charge_card": ToolFaults(declined=True)})
+    assert (plan == same, hash(plan) == hash(same), {plan, same} == {plan}) == (True, True, True)
+    assert (copy.copy(plan) is plan, copy.deepcopy(plan) is plan) == (True, True)
+    assert plan.with_tool("book_flight", ToolFaults(fail_next=1)).tools == {
+        "charge_card": ToolFaults(declined=True),
+        "book_flight": ToolFaults(fail_next=1),
+    }
+    assert plan.tools == {"charge_card": ToolFaults(declined=True)}

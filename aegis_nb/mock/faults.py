@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any
 
 from aegis_nb.kernel.errors import AegisError
@@ -179,7 +180,7 @@ class ToolFaults:
 
 @dataclass(frozen=True, slots=True)
 class FaultPlan:
-    """Faults per agency tool; tools not named behave perfectly."""
+    """Faults per agency tool; tools not named behave perfectly. Immutable: `with_tool` makes a new one."""
 
     tools: Mapping[str, ToolFaults] = field(default_factory=dict)
 
@@ -191,7 +192,19 @@ class FaultPlan:
                 raise FaultPlanError(f"{tool}: expected ToolFaults, got {type(faults).__name__}")
             if faults.declined and tool != "charge_card":
                 raise FaultPlanError(f"{tool}: only charge_card can decline")
-        object.__setattr__(self, "tools", dict(self.tools))
+        # A read-only copy: a plan changed in place would skip these checks (and the agency's
+        # running state, which a replaced plan resets per tool, would not notice).
+        object.__setattr__(self, "tools", MappingProxyType(dict(self.tools)))
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.tools.items()))
+
+    # Immutable, so a copy is the plan itself (a mappingproxy could not be copied otherwise).
+    def __copy__(self) -> FaultPlan:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FaultPlan:
+        return self
 
     def for_tool(self, tool: str) -> ToolFaults:
         return self.tools.get(tool, _NO_FAULTS)
