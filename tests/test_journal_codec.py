@@ -25,10 +25,10 @@ from aegis_nb.saga.durable.codec import (
     context_to_json,
     decode_event,
     dumps,
-    encode_event,
     event_to_json,
     json_problem,
 )
+from aegis_nb.saga.durable.eventtext import encode_event
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,

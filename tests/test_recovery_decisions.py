@@ -29,7 +29,8 @@ from aegis_nb.saga.durable import (
     plan_recovery,
     read_run,
 )
-from aegis_nb.saga.durable.codec import RecordError, decode_event, encode_event
+from aegis_nb.saga.durable.codec import RecordError, decode_event
+from aegis_nb.saga.durable.eventtext import encode_event
 from aegis_nb.saga.events import SagaCompensated, StepFailed
 from tests.durable_support import Act, Crash, CrashingJournal, World
 

@@ -45,8 +45,9 @@ from aegis_nb.kernel.records import builder, record
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.batches import Batch, BatchWriter
-from aegis_nb.saga.durable.codec import encode_event, json_problem
+from aegis_nb.saga.durable.codec import json_problem
 from aegis_nb.saga.durable.errors import JournalError, JournalUnavailable, StepNotRecoverable
+from aegis_nb.saga.durable.eventtext import encode_event
 from aegis_nb.saga.durable.locator import StepLocator, StepResolver, one_object_per_registered_name
 from aegis_nb.saga.durable.runs import JournaledRun, decode_run, encode_steps
 from aegis_nb.saga.durable.store import EventRow, JournalFile, NewRun, RecoveryMark, Row, RunInfo
