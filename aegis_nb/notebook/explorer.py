@@ -14,6 +14,7 @@ step's toggle is on. Controls are per label (``Fly#1``, ``Fly#2``), as in the di
 from __future__ import annotations
 
 import asyncio
+import sys
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -79,7 +80,7 @@ class SagaExplorer:
         self.deadline = ipywidgets.FloatSlider(
             value=initial,
             min=fine,
-            max=max(5.0, 2 * initial),
+            max=max(5.0, min(2 * initial, sys.float_info.max)),  # widget state is JSON: no infinity
             step=fine,
             description="deadline (s)",
             readout_format=".2f" if initial >= 0.01 else ".2g",  # .2f would show a 0.005 s deadline as 0.00
@@ -162,8 +163,8 @@ class SagaExplorer:
         self._current.children = (view.widget,)
         try:
             outcome = await self._runner.run(self._plan, settings, sinks=(view,))
-            view.flush()
         finally:
+            view.stop()  # up to date, and not ticking on after a run that was interrupted
             self.run_button.disabled = False
         trial = Trial(
             number=len(self.trials) + 1,
@@ -182,6 +183,10 @@ class SagaExplorer:
         return trial
 
     def _clicked(self, _: Any) -> None:
+        if self._pending:
+            # A click that reached the kernel before the button showed disabled: one run at a time,
+            # or the first run's result would replace the second's live diagram while it runs.
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

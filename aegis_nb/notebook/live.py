@@ -9,7 +9,8 @@ slider over the finished run's events.
 The view follows one run at a time: another run's events are ignored while it follows one. A run
 that will never end (interrupted mid-rollback, so no final event comes) is given up on when the task
 that started it has finished, or starts another run itself: a task awaits one `run_saga` at a time,
-unless the new run is nested in one of the followed run's steps.
+unless the new run is nested in the followed one (run by one of its steps or compensations). Whoever
+awaited the run can also say it is over with `stop()`, as the magics do.
 
 Typical use (what a magic does)::
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -66,6 +69,7 @@ class LiveView:
         self._run_id: str | None = None
         self._ended = True  # no run followed (none yet, or it ended): the next SagaStarted begins one
         self._owner: anyio.TaskInfo | None = None  # the task that started the followed run
+        self._frame: FrameType | None = None  # the engine's outermost frame running it (see _abandoned)
         self._events: list[SagaEvent] = []
         self._builder = SequenceBuilder()
         self._folded = 0  # how many of `_events` the builder has seen
@@ -117,14 +121,12 @@ class LiveView:
             if not self._ended:
                 if not self._abandoned(caller):
                     return  # another run, while this view follows one
-                # The followed run will never end: its picture stays as it stopped (static, without
-                # the ticking clock) and the new run gets an output of its own.
-                self._ended = True
-                self._coalescer.flush_now()
+                self.stop()  # the followed run will never end; the new run gets an output of its own
             self._start(event, caller)
         self._events.append(event)
         if type(event) in FINAL_EVENT_TYPES:
             self._ended = True
+            self._frame = None  # a finished frame keeps the run's locals alive
             # Now, not in the redraw the coalescer runs later: `replay()` right after the run's
             # `await` must get this run.
             self._finished = tuple(self._events)
@@ -136,21 +138,41 @@ class LiveView:
         """Whether the followed (unended) run will never end, as `caller` starts another run.
 
         Its task has finished, or `caller` is that task: a task awaits one run at a time, so it left
-        the followed one without its final event. Unless a step of the followed run is running: the
-        new run is nested in it. Events fed without a task (by hand) never give a run up.
+        the followed one without its final event. Unless the followed run's engine frame is still on
+        the caller's stack: the new run is nested in one of its steps or compensations (on trio a
+        compensation runs in the run's own task, so the last event alone cannot tell). Events fed
+        without a task (by hand) never give a run up.
         """
         owner = self._owner
         if owner is None:
             return False
         if _task_finished(owner):  # first: a new task may reuse a finished one's id
             return True
-        return caller is not None and owner == caller and not isinstance(self._events[-1], StepStarted)
+        if caller is None or owner != caller:
+            return False
+        if self._frame is None:  # fed by hand, not by an engine: a step's start is all there is to go on
+            return not isinstance(self._events[-1], StepStarted)
+        return not _on_stack(self._frame)
+
+    def stop(self) -> None:
+        """Stop following the current run, which will send no more events: its caller is done with it.
+
+        The view is brought up to date and, if the run never ended (interrupted mid-rollback), its
+        picture stays as it stopped: static, without the ticking clock. The next run starts afresh.
+        """
+        self._ended = True
+        self._frame = None
+        if self._run_id is None:  # the caller gave up before any run started (its deadline had passed)
+            self._html.value = live_html(self._builder.snapshot(), ["no saga ran"])
+            return
+        self._coalescer.flush_now()
 
     def _start(self, event: SagaStarted, owner: anyio.TaskInfo | None) -> None:
         if self._coalescer.pending:
             self._coalescer.flush_now()  # the previous run's last redraw (and static swap) first
         self._run_id = event.run_id
         self._owner = owner
+        self._frame = None if owner is None else _engine_frame()
         self._started_at = self._scheduler.now()
         self._ended = False
         self._events = []
@@ -220,6 +242,36 @@ def _current_task() -> anyio.TaskInfo | None:
         return anyio.get_current_task()
     except RuntimeError:
         return None
+
+
+_ENGINE_PACKAGE = WorkflowEngine.__module__.rpartition(".")[0] + "."
+
+
+def _engine_frame() -> FrameType | None:
+    """The outermost frame of the engine code that is delivering an event (None if no engine is).
+
+    It is the run's own frame (``run_saga``, say): it stays on its task's stack exactly while the run
+    runs. Frames between the engine and the sink (a wrapping sink's) are skipped.
+    """
+    frame: FrameType | None = sys._getframe(1)
+    outermost = None
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(_ENGINE_PACKAGE):
+            outermost = frame
+        elif outermost is not None:
+            break
+        frame = frame.f_back
+    return outermost
+
+
+def _on_stack(target: FrameType) -> bool:
+    """Whether `target` is running in the current call stack."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame is target:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _task_finished(task: anyio.TaskInfo) -> bool:

@@ -51,6 +51,7 @@ class AegisMagics(Magics):
         self.engine = WorkflowEngine()
         self._tools: MockTools | None = None
         self._watching: dict[int, LiveView] = {}
+        self._claims: dict[str, object] = {}  # `-o` variable -> the latest run started to bind it
         self.runner = SagaRunner(self.engine, self.namespace, self.mock_tools)
 
     def mock_tools(self) -> MockTools:
@@ -114,14 +115,17 @@ class AegisMagics(Magics):
         if options.background:
             return self._background(plan, settings, options.output)
         self.runner.bind_mock(settings.mock)
+        bind = self._binder(options.output)
         view = LiveView(surface=CellSurface()).show()
         try:
             outcome = await self.runner.run(plan, settings, sinks=(view,))
         finally:
-            view.flush()  # the static diagram now, in this cell (even when interrupted), not later
+            # The static diagram now, in this cell, not later; an interrupted run sends no final
+            # event, so without `stop` its view would keep ticking, live, forever.
+            view.stop()
         if outcome.ledger is not None:
             print(outcome.ledger, flush=True)
-        self._bind(options.output, outcome.run)
+        bind(outcome.run)
         print_outcome(outcome.run)
         return None
 
@@ -141,6 +145,7 @@ class AegisMagics(Magics):
                 "here, run the saga without --background"
             ) from None
         self.runner.bind_mock(settings.mock)
+        bind = self._binder(output)
         # Shown now, while this cell is the one running: later outputs would land in another cell.
         view = LiveView().show()
 
@@ -148,8 +153,8 @@ class AegisMagics(Magics):
             try:
                 outcome = await self.runner.run(plan, settings, sinks=(view,))
             finally:
-                view.flush()
-            self._bind(output, outcome.run)
+                view.stop()
+            bind(outcome.run)
             return outcome.run
 
         return BackgroundRun(settings.name, loop.create_task(job()))
@@ -245,6 +250,23 @@ class AegisMagics(Magics):
     def _bind(self, variable: str | None, value: object) -> None:
         if variable is not None:
             self.namespace[variable] = value
+
+    def _binder(self, variable: str | None) -> Callable[[object], None]:
+        """What binds a run's outcome to `variable` once it ends, unless a run started later claimed it.
+
+        A cell run again while its first run goes on in the background: whichever ends last, the
+        variable holds the newer run, not the stale one.
+        """
+        if variable is None:
+            return lambda value: None
+        claim = self._claims[variable] = object()
+
+        def bind(value: object) -> None:
+            if self._claims.get(variable) is claim:
+                del self._claims[variable]
+                self.namespace[variable] = value
+
+        return bind
 
 
 def _engine_of(name: str, value: object) -> WorkflowEngine:
