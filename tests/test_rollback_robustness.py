@@ -54,6 +54,32 @@ def travel(calls: Calls, hotel: Recorded, **card: object) -> list[Recorded]:
     return [Recorded("flight", calls), hotel, Recorded("card", calls, **card)]  # type: ignore[arg-type]
 
 
+# -- the caller resumes first -----------------------------------------------------------------------
+
+
+@ASYNCIO_ONLY
+async def test_the_caller_resumes_before_timers_the_rollbacks_last_event_armed() -> None:
+    # The rollback runs in a task of its own; had the caller waited for that task's done callbacks,
+    # a timer armed by the final event (a live view's last redraw) would have run first, on its time.
+    order: list[str] = []
+    fired = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def timer() -> None:
+        order.append("timer")
+        fired.set()
+
+    def arm_on_the_end(event: object) -> None:
+        if type(event).__name__ == "SagaCompensated":
+            loop.call_later(0, timer)
+
+    calls = Calls()
+    await WorkflowEngine(sinks=[arm_on_the_end]).run_saga(travel(calls, Recorded("hotel", calls), fail="no"))
+    order.append("caller")
+    await fired.wait()
+    assert order == ["caller", "timer"]
+
+
 # -- a native asyncio cancellation waits for the rollback ------------------------------------------
 
 

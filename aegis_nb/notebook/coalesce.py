@@ -84,6 +84,14 @@ class Coalescer:
         if self._timer is None:
             self._arm(self._last + self._interval - self._scheduler.now())
 
+    def defer(self) -> None:
+        """Count now as a flush: the next one comes at the earliest one interval from now.
+
+        For the start of something fast: a saga that ends within an interval is drawn once, at its
+        end, instead of once at its first loop turn (with most of it still to come) and again.
+        """
+        self._last = self._scheduler.now()
+
     def finish(self) -> None:
         """The last change: flush as soon as the loop is free (inline when there is no loop)."""
         self.cancel()

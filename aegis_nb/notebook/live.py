@@ -178,6 +178,7 @@ class LiveView:
         self._events = []
         self._builder = SequenceBuilder()
         self._folded = 0
+        self._coalescer.defer()  # a run that ends within one interval is drawn once, at its end
         if not self._live:
             self.show()
 

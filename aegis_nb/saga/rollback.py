@@ -103,10 +103,11 @@ async def run_shielded(work: Coroutine[Any, Any, T]) -> T:
     if sniffio.current_async_library() != "asyncio":
         with anyio.CancelScope(shield=True):
             return await work
-    task = asyncio.get_running_loop().create_task(_settle(work))
+    handoff = Handoff()
+    task = asyncio.get_running_loop().create_task(_settle(work, handoff))
     # Keeps an anyio scope outside from re-delivering its cancellation on every loop turn meanwhile.
     with anyio.CancelScope(shield=True):
-        cancelled = await outlast(task)
+        cancelled = await outlast(task, handoff=handoff)
     result, error = task.result()
     del task
     try:
@@ -119,13 +120,35 @@ async def run_shielded(work: Coroutine[Any, Any, T]) -> T:
     return cast(T, result)
 
 
+class Handoff:
+    """Lets a task wake whoever `outlast`s it as its very last act.
+
+    A task's done callbacks run a loop turn after it ends, behind timers that came due meanwhile
+    (a live view's final redraw of the run, say), which would then run before the waiter resumes.
+    """
+
+    __slots__ = ("_waiter",)
+
+    def __init__(self) -> None:
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        """Called by the task as it ends: its waiter resumes on the next loop turn, first."""
+        if self._waiter is not None:
+            _wake(self._waiter, None)
+
+
 async def outlast(
-    task: asyncio.Future[Any], on_cancel: Callable[[], object] | None = None
+    task: asyncio.Future[Any],
+    on_cancel: Callable[[], object] | None = None,
+    *,
+    handoff: Handoff | None = None,
 ) -> asyncio.CancelledError | None:
     """Wait until `task` is done, whatever native cancellations land on this task meanwhile.
 
     Returns the first of them (None if none came), for the caller to raise when it sees fit, and
     calls `on_cancel` at each, to pass it on in a gentler form (cancelling an anyio scope, say).
+    A task given `handoff` may wake this waiter itself as it ends (`Handoff.wake`).
     """
     loop = asyncio.get_running_loop()
     cancelled: asyncio.CancelledError | None = None
@@ -134,6 +157,8 @@ async def outlast(
         # `await task` would). Lighter than asyncio.wait, which costs a third of the detour.
         done = loop.create_future()
         task.add_done_callback(partial(_wake, done))
+        if handoff is not None:
+            handoff._waiter = done
         try:
             await done
         except asyncio.CancelledError as exc:
@@ -164,15 +189,17 @@ def _stray_cancellation(exc: BaseException) -> bool:
     return task is not None and task.cancelling() == 0
 
 
-async def _settle(work: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
-    """`work`'s result or exception, to raise in the awaiting task.
+async def _settle(work: Coroutine[Any, Any, T], handoff: Handoff) -> tuple[T | None, BaseException | None]:
+    """`work`'s result or exception, to raise in the awaiting task, which it wakes as it ends.
 
     Raised out of a task, a KeyboardInterrupt or SystemExit would stop the event loop instead.
     """
     try:
-        return await work, None
+        outcome: tuple[T | None, BaseException | None] = (await work, None)
     except BaseException as exc:
-        return None, exc
+        outcome = (None, exc)
+    handoff.wake()
+    return outcome
 
 
 class _Rollback:
