@@ -33,6 +33,13 @@ def _load(command: str, spec: str, what: str, wanted: Callable[[Any], bool]) -> 
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise SystemExit(f"aegis-nb {command}: expected module:app, got {spec!r}")
+    if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
+        # Importing "app.py" would run app.py and then fail; "dir/app" could never import.
+        stem = Path(module_name.replace("\\", "/")).stem
+        raise SystemExit(
+            f"aegis-nb {command}: expected module:app with a module name, not a file path, got {spec!r}"
+            f" (from the file's folder: {stem}:{attribute})"
+        )
     if "" not in sys.path:
         sys.path.insert(0, "")  # like `python -m`: modules in the current folder are found
     try:

@@ -18,6 +18,16 @@ from aegis_nb.cli import main
             "aegis-nb serve: 'json:JSONDecoder' is a JSONDecoder, not an MCP server",
         ),
         (["serve", "json:dumps"], "aegis-nb serve: 'json:dumps' is not a server, nor a factory of one"),
+        (
+            ["serve", "myapp.py:app"],
+            "aegis-nb serve: expected module:app with a module name, not a file path, got 'myapp.py:app'"
+            " (from the file's folder: myapp:app)",
+        ),
+        (
+            ["serve", "apps/travel:agent"],
+            "aegis-nb serve: expected module:app with a module name, not a file path, got "
+            "'apps/travel:agent' (from the file's folder: travel:agent)",
+        ),
         (["mock", "--faults", "{not json"], "aegis-nb mock: bad --faults: Expecting property name"),
         (["mock", "--faults", '{"rent_car": {}}'], "aegis-nb mock: bad --faults: unknown tool 'rent_car'"),
     ],
