@@ -55,8 +55,12 @@ class ToolError(AegisError):
     compensation: tools served by `AegisMCP` raise it to refuse a call in their own words, a
     `ToolPairStep` raises it when it refuses to call its tool, and a workflow that rolled back arrives
     this way, its report as `structured`. An error that does not say so (a tool that crashed, any
-    server but `AegisMCP`) arrives with ``refused=False``: the tool may have acted first.
+    server but `AegisMCP`) arrives with ``refused=False``: the tool may have acted first. A subclass
+    may set `refused` as a class attribute; ``refused=`` given to the constructor overrides it.
     """
+
+    refused: bool = True
+    """Read through the class when a subclass's ``__init__`` does not call this one."""
 
     def __init__(
         self,
@@ -64,12 +68,13 @@ class ToolError(AegisError):
         message: str,
         structured: dict[str, object] | None = None,
         *,
-        refused: bool = True,
+        refused: bool | None = None,
     ) -> None:
         self.tool = tool
         self.message = message
         self.structured = structured
-        self.refused = refused
+        if refused is not None:  # else the class's own (True, or what a subclass declares)
+            self.refused = refused
         super().__init__(message)
 
 

@@ -214,6 +214,10 @@ class AegisMCP(MCPServer[Any]):
                 deadline = request_deadline(None if request is None else request.meta, spec.timeout, started)
             except InvalidRequestMeta as exc:
                 return error_result(str(exc), refused=True)
+            if deadline <= started:
+                # Refused here, before the workflow's code runs: past this point, what it did is in
+                # doubt even when what then times out had no time left (a second saga, say).
+                return error_result(_too_late(spec.name, deadline - started), refused=True)
             ctx = AegisContext(deadline=deadline)
             report = progress_sender(request)
             if report is None:
@@ -313,6 +317,9 @@ class AegisMCP(MCPServer[Any]):
                 deadline = request_deadline(request_meta(request), app.tool_timeout)
             except InvalidRequestMeta as exc:
                 return error_result(str(exc), refused=True)
+            if deadline != math.inf and deadline <= (now := loop_clock()()):
+                # Refused before the tool runs; a timeout from inside it is in doubt (timed_out_result).
+                return error_result(_too_late(tool_name, deadline - now), refused=True)
             # A clean slate (see aegis_nb.server.routing): called in-process from another server's
             # workflow step, the tool runs in that caller's context, and the sagas it runs must not
             # be reported to the caller's request. They are named after the tool.
@@ -393,3 +400,8 @@ def _secrets(events: list[SagaEvent]) -> tuple[str, ...]:
         if isinstance(context, AegisContext):
             found.extend(context.secret_values())
     return tuple(found)
+
+
+def _too_late(name: str, budget: float) -> str:
+    """Why a call whose deadline had passed when it arrived was refused (nothing of it ran)."""
+    return str(ToolTimeoutError(name, budget, "; it was not run"))

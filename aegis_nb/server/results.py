@@ -22,7 +22,7 @@ from typing_extensions import TypedDict
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.report import SagaReport, SagaStatus
-from aegis_nb.saga.events import SagaCommitted, SagaEvent, SagaStarted, StepSucceeded
+from aegis_nb.saga.events import SagaCommitted, SagaCompensated, SagaEvent, SagaStarted, StepSucceeded
 
 REFUSED_META_KEY: Final = "aegis-nb/refused"
 """``_meta`` key of an error result (value ``true``): the call did nothing, so there is nothing to
@@ -136,9 +136,11 @@ def committed_result(returned: object, events: Sequence[SagaEvent], duration: fl
 def failed_result(report: SagaReport, events: Sequence[SagaEvent], duration: float) -> CallToolResult:
     """``is_error=True``: the summary as text; as structure, the same shape with the whole report.
 
-    Rolled back, the call left nothing standing, as if refused; stuck, it did not say so.
+    Rolled back, the call left nothing standing, as if refused, unless another saga of the same
+    request committed (or is stuck, or unfinished): then it acted. Stuck, it did not say so.
     """
     stuck = report.status is SagaStatus.STUCK
+    refused = not stuck and _all_rolled_back(events)
     status: Literal["rolled_back", "stuck"] = "stuck" if stuck else "rolled_back"
     structured = WorkflowResult(
         status=status,
@@ -158,8 +160,14 @@ def failed_result(report: SagaReport, events: Sequence[SagaEvent], duration: flo
         content=[TextContent(type="text", text=report.summary())],
         structured_content=dict(structured),
         is_error=True,
-        _meta=None if stuck else dict(_REFUSED),
+        _meta=dict(_REFUSED) if refused else None,
     )
+
+
+def _all_rolled_back(events: Sequence[SagaEvent]) -> bool:
+    """Whether every saga the request started ended rolled back (so nothing it did is left standing)."""
+    started = {e.run_id for e in events if type(e) is SagaStarted}
+    return started <= {e.run_id for e in events if type(e) is SagaCompensated}
 
 
 def error_result(text: str, *, refused: bool, structured: dict[str, Any] | None = None) -> CallToolResult:
@@ -173,14 +181,14 @@ def error_result(text: str, *, refused: bool, structured: dict[str, Any] | None 
 
 
 def timed_out_result(text: str, exc: ToolTimeoutError) -> CallToolResult:
-    """``is_error=True`` for a call stopped at its deadline: marked in ``_meta`` as in doubt if it started.
+    """``is_error=True`` for a call stopped at its deadline mid-way: marked in ``_meta`` as in doubt.
 
     A call cut off mid-way may have acted: `unwrap_result` raises `ToolTimeoutError` for it, and the
-    engine compensates an in-doubt step.
+    engine compensates an in-doubt step. That holds even when what timed out inside it had no time
+    left (a budget <= 0, sent as 0): the call may have acted before. A call whose own deadline had
+    passed before it started is refused by its runner (`error_result`), not sent here.
     """
-    if exc.budget is not None and exc.budget <= 0:  # the deadline had passed: it never started
-        return error_result(text, refused=True)
-    budget = None if exc.budget is None else _ms(exc.budget)
+    budget = None if exc.budget is None else _ms(max(exc.budget, 0.0))
     return CallToolResult(
         content=[TextContent(type="text", text=text)], is_error=True, _meta={TIMED_OUT_META_KEY: budget}
     )
