@@ -313,11 +313,12 @@ class AegisMCP(MCPServer[Any]):
 
         async def run_tool(**kwargs: Any) -> Any:
             request = kwargs.pop(REQUEST_PARAM) if own_context is None else kwargs[own_context]
+            now = anyio.current_time()  # one reading: the deadline starts from it, and is checked against it
             try:
-                deadline = request_deadline(request_meta(request), app.tool_timeout)
+                deadline = request_deadline(request_meta(request), app.tool_timeout, now)
             except InvalidRequestMeta as exc:
                 return error_result(str(exc), refused=True)
-            if deadline != math.inf and deadline <= (now := loop_clock()()):
+            if deadline <= now:
                 # Refused before the tool runs; a timeout from inside it is in doubt (timed_out_result).
                 return error_result(_too_late(tool_name, deadline - now), refused=True)
             # A clean slate (see aegis_nb.server.routing): called in-process from another server's
