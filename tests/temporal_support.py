@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -54,6 +55,20 @@ def temporal_address() -> Iterator[str]:
         yield env.client.service_client.config.target_host
     finally:
         asyncio.run(env.shutdown())
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Temporal's client and workers run on asyncio: modules of Temporal tests import this override."""
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(temporal_address: str) -> Any:
+    """A client of the session's dev server, on the test's own loop."""
+    from temporalio.client import Client
+
+    return await Client.connect(temporal_address)
 
 
 class Refusing(Recorded):

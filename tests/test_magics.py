@@ -11,9 +11,7 @@ import pytest
 pytest.importorskip("IPython")
 
 from IPython.core.displaypub import CapturingDisplayPublisher
-from IPython.core.error import UsageError
-from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
-from traitlets.config import Config
+from IPython.core.interactiveshell import InteractiveShell
 
 from aegis_nb.diagram import fold
 from aegis_nb.notebook import static_bundle
@@ -24,6 +22,7 @@ from aegis_nb.notebook.magics import AegisMagics
 from aegis_nb.saga.functional import FunctionStep
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.testing import outline
+from tests.ipython_support import loaded_shell, ok, usage_error
 
 BOOK_FLIGHT = """%%aegis_step BookFlight
 import json
@@ -47,30 +46,8 @@ async def compensate(ctx):
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    """A fresh IPython shell with the extension loaded and displays captured."""
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    ip = InteractiveShell.instance(config=config)
-    ip.display_pub = CapturingDisplayPublisher()
-    ok(ip, "%load_ext aegis_nb")
-    yield ip
-    InteractiveShell.clear_instance()
-
-
-def ok(shell: InteractiveShell, cell: str) -> ExecutionResult:
-    result = shell.run_cell(cell, store_history=True)
-    if not result.success:
-        raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}")
-    return result
-
-
-def usage_error(shell: InteractiveShell, cell: str) -> str:
-    """The one-line message of the `UsageError` the cell raised (IPython shows no traceback for it)."""
-    result = shell.run_cell(cell)
-    error = result.error_in_exec or result.error_before_exec
-    assert isinstance(error, UsageError), f"expected a UsageError, got {error!r}"
-    return str(error)
+    with loaded_shell() as ip:
+        yield ip
 
 
 def displays(shell: InteractiveShell) -> list[dict[str, Any]]:

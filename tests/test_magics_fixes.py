@@ -16,10 +16,7 @@ import pytest
 pytest.importorskip("IPython")
 pytest.importorskip("ipywidgets")
 
-from IPython.core.displaypub import CapturingDisplayPublisher
-from IPython.core.error import UsageError
 from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
-from traitlets.config import Config
 
 from aegis_nb.notebook.blocking import HOOK, blocking_transformer
 from aegis_nb.notebook.explorer import SagaExplorer
@@ -28,6 +25,7 @@ from aegis_nb.notebook.options import parse_saga_options
 from aegis_nb.notebook.plan import parse_plan
 from aegis_nb.notebook.rehearsal import Rehearsal
 from aegis_nb.notebook.runner import RunSettings
+from tests.ipython_support import loaded_shell, ok, usage_error
 
 # A flight step that is not in doubt, used twice in one saga: one booking per city.
 FLY = """%%aegis_step Fly
@@ -46,28 +44,8 @@ HOP = 'Fly("Lisbon")\nFly("Porto")\n'
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    ip = InteractiveShell.instance(config=config)
-    ip.display_pub = CapturingDisplayPublisher()
-    for cell in ("%load_ext aegis_nb", "%aegis_mock travel", FLY, PAY):
-        ok(ip, cell)
-    yield ip
-    InteractiveShell.clear_instance()
-
-
-def ok(shell: InteractiveShell, cell: str) -> ExecutionResult:
-    result = shell.run_cell(cell)
-    assert result.success, result.error_before_exec or result.error_in_exec
-    return result
-
-
-def usage_error(shell: InteractiveShell, cell: str) -> str:
-    result = shell.run_cell(cell)
-    error = result.error_in_exec or result.error_before_exec
-    assert isinstance(error, UsageError), f"expected a UsageError, got {error!r}"
-    return str(error)
+    with loaded_shell("%aegis_mock travel", FLY, PAY) as ip:
+        yield ip
 
 
 # -- a step used twice ---------------------------------------------------------------------------

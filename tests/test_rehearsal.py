@@ -8,12 +8,11 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
-from traitlets.config import Config
 
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.notebook.rehearsal import Mark, Rehearsal, ScenarioKind
+from tests.ipython_support import loaded_shell
 
 SETUP = """
 from aegis_nb.mock import ToolFaults
@@ -54,15 +53,8 @@ async def compensate(ctx):
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    ip = InteractiveShell.instance(config=config)
-    ip.display_pub = CapturingDisplayPublisher()
-    for cell in ("%load_ext aegis_nb", "%aegis_mock travel", SETUP):
-        assert ip.run_cell(cell).success
-    yield ip
-    InteractiveShell.clear_instance()
+    with loaded_shell("%aegis_mock travel", SETUP) as ip:
+        yield ip
 
 
 def rehearse(shell: InteractiveShell, line: str, body: str = "") -> Rehearsal:

@@ -14,10 +14,8 @@ import pytest
 pytest.importorskip("IPython")
 pytest.importorskip("ipywidgets")
 
-from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from traitlets.config import Config
 
 from aegis_nb.diagram import GraphSource, fold, render_dot, render_graph, render_mermaid, render_text
 from aegis_nb.kernel.context import AegisContext
@@ -27,6 +25,7 @@ from aegis_nb.notebook.rehearsal import rehearse_saga
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.outcome import SagaRun
 from tests.conftest import require_executable
+from tests.ipython_support import loaded_shell
 from tests.test_diagram_scenarios import Script
 
 UNDECODABLE = os.fsdecode(b"report-\xff.pdf")  # how Python hands out an undecodable file name
@@ -166,15 +165,8 @@ async def test_a_rehearsal_of_an_error_with_a_lone_surrogate_is_valid_utf8() -> 
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    """A fresh IPython shell with the extension loaded and displays captured."""
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    ip = InteractiveShell.instance(config=config)
-    ip.display_pub = CapturingDisplayPublisher()
-    assert ip.run_cell("%load_ext aegis_nb").success
-    yield ip
-    InteractiveShell.clear_instance()
+    with loaded_shell() as ip:
+        yield ip
 
 
 def define(shell: InteractiveShell, name: str, body: str = "return None") -> None:

@@ -18,9 +18,7 @@ import pytest
 pytest.importorskip("IPython")
 pytest.importorskip("ipywidgets")
 
-from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
-from traitlets.config import Config
 
 from aegis_nb.diagram import SequenceBuilder, fold
 from aegis_nb.kernel.context import AegisContext
@@ -29,8 +27,9 @@ from aegis_nb.notebook.cellsurface import WIDGET_MIME
 from aegis_nb.notebook.render import live_html
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.testing import EventCapture
+from tests.ipython_support import loaded_shell, ok
 from tests.test_live_and_trace_fixes import abandoned_run, live_timers
-from tests.test_magics import displays, magics, ok
+from tests.test_magics import displays, magics
 from tests.test_widget_live import FakeScheduler, RecordingSurface, Step
 
 # -- the live view ----------------------------------------------------------------------------------
@@ -88,14 +87,8 @@ def test_stop_before_any_run_started_says_no_saga_ran() -> None:
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    InteractiveShell.clear_instance()
-    config = Config()
-    config.HistoryManager.enabled = False
-    ip = InteractiveShell.instance(config=config)
-    ip.display_pub = CapturingDisplayPublisher()
-    ok(ip, "%load_ext aegis_nb")
-    yield ip
-    InteractiveShell.clear_instance()
+    with loaded_shell() as ip:
+        yield ip
 
 
 BOOK = "%%aegis_step Book\nasync def execute(ctx):\n    return None\nasync def compensate(ctx):\n    pass\n"

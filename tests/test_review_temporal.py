@@ -35,22 +35,12 @@ from aegis_nb.saga.events import StepTimedOut
 from aegis_nb.temporal import WORKFLOW_NAME, saga_worker
 from aegis_nb.testing import EventCapture
 from tests.steps import Boom, Calls, Recorded
-from tests.temporal_support import temporal_address
+from tests.temporal_support import anyio_backend, client, temporal_address
 from tests.test_temporal import FAST_RETRY, running, trail
 
-__all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
+__all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(temporal_address: str) -> Client:
-    return await Client.connect(temporal_address)
 
 
 # -- a failing events query --------------------------------------------------------------------

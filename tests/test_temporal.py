@@ -53,14 +53,9 @@ from aegis_nb.temporal import (
 )
 from aegis_nb.testing import EventCapture, outline
 from tests.steps import Calls, Recorded
-from tests.temporal_support import (
-    Reader,
-    Refusing,
-    temporal_address,
-    temporal_binary,
-)
+from tests.temporal_support import Reader, Refusing, anyio_backend, client, temporal_address, temporal_binary
 
-__all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
+__all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
 
 pytestmark = pytest.mark.anyio
 
@@ -68,16 +63,6 @@ ROOT = Path(__file__).parent.parent
 
 FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.0)
 """No backoff: the dev server fires even a 10 ms workflow timer about a second late."""
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(temporal_address: str) -> Client:
-    return await Client.connect(temporal_address)
 
 
 @asynccontextmanager

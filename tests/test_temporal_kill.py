@@ -34,25 +34,17 @@ from tests.temporal_support import (
     LedgerCard,
     LedgerFlight,
     LedgerHotel,
+    anyio_backend,
     calls,
+    client,
     temporal_address,
 )
 
-__all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
+__all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).parent.parent
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(temporal_address: str) -> Client:
-    return await Client.connect(temporal_address)
 
 
 @asynccontextmanager

@@ -39,22 +39,12 @@ from aegis_nb.temporal import activities as temporal_activities
 from aegis_nb.temporal import workflow as temporal_workflow
 from aegis_nb.temporal.activities import SagaActivities
 from tests.steps import Calls, Recorded
-from tests.temporal_support import Refusing, temporal_address
+from tests.temporal_support import Refusing, anyio_backend, client, temporal_address
 from tests.test_temporal import FAST_RETRY, running, trail
 
-__all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
+__all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(temporal_address: str) -> Client:
-    return await Client.connect(temporal_address)
 
 
 # -- a cancellation reaching a running step -------------------------------------------------------
