@@ -20,21 +20,21 @@ ROUNDS = 15
 
 
 class Trivial:
-    """A step that does nothing (or only yields to the loop), so a run measures the engine and its sinks."""
+    """A step that does nothing (or only pauses on the loop), so a run measures the engine and its sinks."""
 
-    def __init__(self, fail: bool = False, *, yields: bool = False) -> None:
+    def __init__(self, fail: bool = False, *, pause: float | None = None) -> None:
         self.fail = fail
-        self.yields = yields
+        self.pause = pause
 
     async def execute(self, ctx: AegisContext) -> None:
-        if self.yields:
-            await asyncio.sleep(0)
+        if self.pause is not None:
+            await asyncio.sleep(self.pause)
         if self.fail:
             raise RuntimeError("the last step fails")
 
     async def compensate(self, ctx: AegisContext) -> None:
-        if self.yields:
-            await asyncio.sleep(0)
+        if self.pause is not None:
+            await asyncio.sleep(self.pause)
 
 
 def counted_view() -> tuple[LiveView, list[int]]:
@@ -75,9 +75,15 @@ async def ratio(fail_last: bool) -> tuple[float, float, float]:
 
 
 async def messages_for(events_wanted: int) -> tuple[int, int, float, int]:
-    """A failing saga of `events_wanted` events whose steps yield to the loop (so redraws can run)."""
+    """A failing saga of `events_wanted` events whose steps pause on the loop (so redraws can run).
+
+    Every tenth step waits on a real timer (0.1 ms asked, about a millisecond in practice), the
+    others only yield, so the saga spans a dozen redraw intervals and the count shows the
+    throttling, not only the final redraw.
+    """
     steps = events_wanted // 4  # two events per step forward, two per compensation back
-    saga = [Trivial(yields=True) for _ in range(steps - 1)] + [Trivial(fail=True, yields=True)]
+    pauses = [1e-4 if position % 10 == 0 else 0.0 for position in range(steps)]
+    saga = [Trivial(pause=pause) for pause in pauses[:-1]] + [Trivial(fail=True, pause=pauses[-1])]
     view, sent = counted_view()
     started = time.perf_counter()
     run = await WorkflowEngine().run_saga(saga, AegisContext(), name="bench", sinks=[view])
