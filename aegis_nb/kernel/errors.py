@@ -79,8 +79,17 @@ class ToolError(AegisError):
 
 
 def is_refusal(exc: BaseException) -> bool:
-    """Whether `exc` is a tool's own answer that it did not act (a `ToolError` with `refused`)."""
-    return isinstance(exc, ToolError) and exc.refused
+    """Whether `exc` is a tool's own answer that it did not act (a `ToolError` with `refused`).
+
+    Asked while a failure is being reported: a `refused` that raises (a subclass's property) is no
+    such answer, and must not stop the rollback.
+    """
+    if not isinstance(exc, ToolError):
+        return False
+    try:
+        return bool(exc.refused)
+    except Exception:
+        return False
 
 
 class SagaFailed(AegisError):

@@ -154,7 +154,14 @@ class Forward:
                             sinks = recorder.detach(sink, event)
         except BaseException as exc:
             return await self._fail(exc, started, running, step_input, step_started, unrecorded)
-        await recorder.emit(SagaCommitted, self.saga, clock() - started, current)
+        try:
+            await recorder.emit(SagaCommitted, self.saga, clock() - started, current)
+        except BaseException as exc:
+            if events and isinstance(events[-1], SagaCommitted):
+                raise  # a sink's interrupt, once the commit was recorded: the run did commit
+            # The commit's journal write failed or was cancelled: the run is not committed (recovery
+            # would undo it), so it is rolled back here as after any other failure between steps.
+            return await self._fail(exc, started, None, current, clock())
         return SagaRun(tuple(events), current, None)
 
     def _accept(self, spec: StepSpec, step_input: AegisContext, result: object) -> AegisContext:

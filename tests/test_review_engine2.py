@@ -1,0 +1,228 @@
+"""Engine edge cases found in a second review, on asyncio and trio.
+
+A `ToolError` subclass whose ``refused`` raises is no refusal: the failure it reports, in an execute
+or a compensation, is rolled back and reported like any other, never left to abort the rollback.
+A run whose commit the journal did not record (the write failed or was cancelled) is not committed:
+it is rolled back like any other run that failed between steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from aegis_nb import (
+    AegisContext,
+    ErrorInfo,
+    RetryPolicy,
+    SagaCompensationFailed,
+    SagaRolledBack,
+    SagaStatus,
+    ToolError,
+    WorkflowEngine,
+)
+from aegis_nb.kernel.errors import is_refusal
+from aegis_nb.kernel.report import FailureKind
+from aegis_nb.saga import InMemoryJournal, SagaCommitted, SagaEvent, fold_report
+from aegis_nb.testing import EventCapture
+from tests.steps import ROLLED_BACK_TRAIL, Calls, Recorded
+
+pytestmark = pytest.mark.anyio
+
+
+class UnsureError(ToolError):
+    """A tool error that cannot say whether the tool acted: reading `refused` raises."""
+
+    @property  # type: ignore[override]
+    def refused(self) -> bool:
+        raise RuntimeError("refused is unknown")
+
+    @refused.setter
+    def refused(self, value: bool) -> None:
+        pass
+
+
+class FailsUnsure(Recorded):
+    """An in-doubt step whose execute fails with an `UnsureError`."""
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        await super().execute(ctx)
+        raise UnsureError("card", "Card Declined!")
+
+
+class UndoFailsUnsure(Recorded):
+    """A step whose every compensation fails with an `UnsureError`."""
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        await super().compensate(ctx)
+        raise UnsureError("hotel", "hotel cannot be undone")
+
+
+def test_a_refused_attribute_that_raises_is_no_refusal() -> None:
+    assert is_refusal(UnsureError("t", "m")) is False
+    assert is_refusal(ToolError("t", "m")) is True
+    assert is_refusal(ToolError("t", "m", refused=False)) is False
+
+
+async def test_a_failed_in_doubt_step_whose_error_cannot_tell_refused_is_compensated_with_the_rest() -> None:
+    calls, capture = Calls(), EventCapture()
+    saga = [Recorded("flight", calls), Recorded("hotel", calls), FailsUnsure("card", calls, in_doubt=True)]
+    run = await WorkflowEngine(sinks=[capture]).run_saga(saga)
+    assert calls.trail() == [
+        ("execute", "flight"),
+        ("execute", "hotel"),
+        ("execute", "card"),
+        ("compensate", "card"),
+        ("compensate", "hotel"),
+        ("compensate", "flight"),
+    ]
+    assert capture.trail() == [
+        *ROLLED_BACK_TRAIL[:7],
+        ("CompensationStarted", "card"),
+        ("CompensationSucceeded", "card"),
+        *ROLLED_BACK_TRAIL[7:],
+    ]
+    assert run.report.cause == ErrorInfo("UnsureError", "Card Declined!")
+    assert run.report.compensated == ("card", "hotel", "flight")
+    assert isinstance(run.error, SagaRolledBack)
+    assert str(run.error) == "saga 'saga': Card Declined! — rolled back: card, hotel, flight"
+    assert [e.seq for e in run.events] == list(range(len(run.events)))
+    assert fold_report(run.events) == run.report
+
+
+async def test_a_compensation_failing_with_an_error_that_cannot_tell_refused_leaves_the_rest_undone() -> None:
+    calls, capture = Calls(), EventCapture()
+    saga = [
+        Recorded("flight", calls),
+        UndoFailsUnsure("hotel", calls, retry=RetryPolicy.never()),
+        Recorded("card", calls, fail="Card Declined!"),
+    ]
+    run = await WorkflowEngine(sinks=[capture]).run_saga(saga)
+    assert calls.trail() == [
+        ("execute", "flight"),
+        ("execute", "hotel"),
+        ("execute", "card"),
+        ("compensate", "hotel"),
+        ("compensate", "flight"),
+    ]
+    assert capture.trail() == [
+        *ROLLED_BACK_TRAIL[:8],
+        ("CompensationFailed", "hotel"),
+        *ROLLED_BACK_TRAIL[9:11],
+        ("SagaStuck",),
+    ]
+    assert run.status is SagaStatus.STUCK
+    assert run.report.left_standing == ("hotel",)
+    assert run.report.compensated == ("flight",)
+    assert isinstance(run.error, SagaCompensationFailed)
+    assert str(run.error) == (
+        "saga 'saga': Card Declined! — could not undo: hotel (hotel cannot be undone, after 1 attempt)"
+        " — rolled back: flight"
+    )
+    assert fold_report(run.events) == run.report
+
+
+# -- the commit's journal write fails or is cancelled ---------------------------------------------
+
+COMMIT_LOST_TRAIL = [
+    ("SagaStarted",),
+    ("StepStarted", "flight"),
+    ("StepSucceeded", "flight"),
+    ("StepStarted", "hotel"),
+    ("StepSucceeded", "hotel"),
+    ("CompensationStarted", "hotel"),
+    ("CompensationSucceeded", "hotel"),
+    ("CompensationStarted", "flight"),
+    ("CompensationSucceeded", "flight"),
+    ("SagaCompensated",),
+]
+
+
+class LosesTheCommit(InMemoryJournal):
+    """Fails the write of SagaCommitted: with an error, or by cancelling `scope` (or, with no scope,
+    its task natively) while the write awaits."""
+
+    def __init__(self, how: str, scope: anyio.CancelScope | None = None) -> None:
+        super().__init__()
+        self.how, self.scope = how, scope
+
+    async def append(self, event: SagaEvent) -> None:
+        if isinstance(event, SagaCommitted):
+            if self.how == "error":
+                raise OSError("disk full")
+            if self.scope is not None:
+                self.scope.cancel()
+            else:
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()
+            await anyio.lowlevel.checkpoint()
+        await super().append(event)
+
+
+async def test_a_commit_the_journal_could_not_write_is_rolled_back() -> None:
+    calls, capture, journal = Calls(), EventCapture(), LosesTheCommit("error")
+    engine = WorkflowEngine(journal=journal, sinks=[capture])
+    run = await engine.run_saga([Recorded("flight", calls), Recorded("hotel", calls)])
+    assert calls.trail() == [
+        ("execute", "flight"),
+        ("execute", "hotel"),
+        ("compensate", "hotel"),
+        ("compensate", "flight"),
+    ]
+    assert capture.trail() == COMMIT_LOST_TRAIL
+    assert journal.events(run.run_id) == run.events == tuple(capture.events)
+    assert (run.report.succeeded, run.report.failed_step, run.report.failure_kind) == (
+        ("flight", "hotel"),
+        None,
+        FailureKind.ERROR,
+    )
+    assert isinstance(run.error, SagaRolledBack)
+    assert str(run.error) == "saga 'saga': disk full — rolled back: hotel, flight"
+    assert isinstance(run.error.__cause__, OSError)
+    assert fold_report(run.events) == run.report
+    assert list(journal.unfinished()) == []
+
+
+async def test_a_cancellation_that_cuts_off_the_commit_write_rolls_back_then_propagates() -> None:
+    calls, capture = Calls(), EventCapture()
+    with anyio.CancelScope() as scope:
+        journal = LosesTheCommit("cancel", scope)
+        await WorkflowEngine(journal=journal, sinks=[capture]).run_saga(
+            [Recorded("flight", calls), Recorded("hotel", calls)]
+        )
+    assert scope.cancelled_caught
+    assert calls.trail() == [
+        ("execute", "flight"),
+        ("execute", "hotel"),
+        ("compensate", "hotel"),
+        ("compensate", "flight"),
+    ]
+    assert capture.trail() == COMMIT_LOST_TRAIL
+    report = capture.events[-1].report  # type: ignore[union-attr]
+    assert (report.status, report.failed_step, report.failure_kind) == (
+        SagaStatus.ROLLED_BACK,
+        None,
+        FailureKind.CANCELLED,
+    )
+    assert fold_report(capture.events) == report
+    assert journal.events(report.run_id) == tuple(capture.events)
+    assert list(journal.unfinished()) == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_native_task_cancel_that_cuts_off_the_commit_write_rolls_back_then_propagates() -> None:
+    calls, capture, journal = Calls(), EventCapture(), LosesTheCommit("cancel")
+    with pytest.raises(asyncio.CancelledError):
+        await WorkflowEngine(journal=journal, sinks=[capture]).run_saga(
+            [Recorded("flight", calls), Recorded("hotel", calls)]
+        )
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.uncancel() == 0
+    assert calls.trail()[2:] == [("compensate", "hotel"), ("compensate", "flight")]
+    assert capture.trail() == COMMIT_LOST_TRAIL
+    assert fold_report(capture.events) == capture.events[-1].report  # type: ignore[union-attr]
