@@ -218,7 +218,7 @@ def freeze(value: Any, path: Path) -> Any:
 
 def thaw(value: Any, *, reveal: bool = False) -> JSONValue:
     """Plain JSON data from a frozen value; secrets become ``***`` unless `reveal` is set."""
-    if type(value) in _LEAVES:
+    if type(value) in JSON_LEAVES:
         return value
     if isinstance(value, Secret):
         return value.reveal() if reveal else REDACTED
@@ -233,18 +233,19 @@ def _thaw_dict(data: dict[str, Any], reveal: bool) -> dict[str, JSONValue]:
     # Every workflow result thaws the final metadata, a dict of step results: flat parts are
     # copied at C speed, and nested dicts skip thaw's type dispatch.
     thawed = dict(data)
-    if _LEAVES.issuperset(map(type, data.values())):
+    if JSON_LEAVES.issuperset(map(type, data.values())):
         return thawed
     for key, value in data.items():
         if type(value) is FrozenDict:
             thawed[key] = _thaw_dict(value._data, reveal)
-        elif type(value) not in _LEAVES:
+        elif type(value) not in JSON_LEAVES:
             thawed[key] = thaw(value, reveal=reveal)
     return thawed
 
 
-_LEAVES = frozenset((str, int, float, bool, type(None)))
-"""Value types that thaw to themselves (subclasses take the checked path)."""
+JSON_LEAVES = frozenset((str, int, float, bool, type(None)))
+"""Plain JSON scalar types: they thaw to themselves and any JSON encoder sends them as they are
+(subclasses take the checked path)."""
 
 _FROZEN_AS_IS = frozenset((str, int, bool, type(None)))
 """Value types frozen as they are, unchecked (a float is checked for NaN and infinity)."""

@@ -18,6 +18,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
 from aegis_nb.kernel.errors import ToolError, ToolTimeoutError
+from aegis_nb.kernel.values import JSON_LEAVES
 from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY
 
 
@@ -51,7 +52,7 @@ class ToolSession:
         request_meta = None if meta is None else cast(RequestParamsMeta, dict(meta))
         # The client only reads the arguments: a dict of flat values is passed as it is.
         sent: dict[str, Any]
-        if type(arguments) is dict and _FLAT.issuperset(map(type, arguments.values())):
+        if type(arguments) is dict and JSON_LEAVES.issuperset(map(type, arguments.values())):
             sent = arguments
         else:
             sent = _plain(arguments or {})
@@ -62,10 +63,6 @@ class ToolSession:
         """The names of the server's tools."""
         listing = await self.client.list_tools()
         return [tool.name for tool in listing.tools]
-
-
-_FLAT = frozenset((str, int, float, bool, type(None)))
-"""Argument value types the SDK sends as they are."""
 
 
 def _plain(value: Any) -> Any:
