@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
+from mcp.server.mcpserver.utilities.logging import configure_logging
 from mcp.types import CallToolResult, Icon, ToolAnnotations
 
 from aegis_nb.kernel.clock import Clock, loop_clock
@@ -50,6 +51,7 @@ from aegis_nb.server.results import (
     workflow_output_schema,
 )
 from aegis_nb.server.routing import Observing
+from aegis_nb.server.sdklogging import root_logger_kept
 from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -103,7 +105,8 @@ class AegisMCP(MCPServer[Any]):
         if journal is not None:
             engine = durable_engine(engine, journal)
             kwargs["lifespan"] = durable_lifespan(engine, own_lifespan)
-        super().__init__(name, **kwargs)
+        with root_logger_kept():  # set up when serving instead: see aegis_nb.server.sdklogging
+            super().__init__(name, **kwargs)
         self._own_lifespan = own_lifespan
         self.workflow_engine = engine or WorkflowEngine()
         self.workflow_timeout = check_timeout(workflow_timeout, "workflow_timeout")
@@ -357,6 +360,7 @@ class AegisMCP(MCPServer[Any]):
     ) -> None:
         """Serve until stopped: stdio by default, or streamable HTTP on ``http://host:port/mcp``."""
         kind = _transport(transport)
+        configure_logging(self.settings.log_level)  # this process serves: log as the SDK would
         if kind is Transport.STDIO:
             # The SDK diverts print() to stderr while stdout carries the protocol; line buffering
             # makes a step's prints show up as they happen rather than at exit.
