@@ -47,9 +47,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	@for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
+# Served from the repository root, so the tutorials' pictures (../assets/) load, as on Binder.
 # JupyterLab refuses to run as root without --allow-root (containers and CI machines run as root).
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. notebooks/01_quickstart.ipynb \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
