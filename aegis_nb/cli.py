@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -56,6 +57,8 @@ def _load(command: str, spec: str, what: str, wanted: Callable[[Any], bool]) -> 
         try:
             app = app()
         except TypeError as exc:
+            if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+                raise  # raised inside the factory, not by the call: its traceback is what helps
             raise SystemExit(
                 f"aegis-nb {command}: {spec!r} is not {what}, nor a factory of one: {exc}"
             ) from None
@@ -72,9 +75,72 @@ def _load_app(spec: str) -> Any:
     return app
 
 
-def _serve_app(app: Any, args: argparse.Namespace) -> int:
+def _check_transport_options(command: str, args: argparse.Namespace) -> None:
+    """Over stdio, a --port or --host would be ignored: the server would wait on stdin, saying nothing."""
+    if args.transport == "http":
+        args.host = "127.0.0.1" if args.host is None else args.host
+        args.port = 8000 if args.port is None else args.port
+    elif args.host is not None or args.port is not None:
+        given = [f"--{name}" for name in ("host", "port") if getattr(args, name) is not None]
+        verb = "needs" if len(given) == 1 else "need"
+        raise SystemExit(
+            f"aegis-nb {command}: {' and '.join(given)} {verb} --transport http (stdio has no address)"
+        )
+
+
+def _check_address(command: str, host: str, port: int) -> None:
+    """Bind `host`:`port` once before serving: uvicorn would report a port in use, or a host that does
+    not resolve, amid its start-up lines (after the app's start-up ran) and exit with status 3."""
+    import socket
+
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise SystemExit(f"aegis-nb {command}: cannot resolve --host {host!r}: {exc.strerror}") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as sock:
+            # As asyncio's create_server binds for uvicorn: reused addresses, IPv6 apart from IPv4.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                hint = (
+                    "; stop what holds it or choose another --port" if exc.errno == errno.EADDRINUSE else ""
+                )
+                raise SystemExit(
+                    f"aegis-nb {command}: cannot serve on {host}:{port}: {exc.strerror}{hint}"
+                ) from None
+
+
+def _check_journal(command: str, app: Any) -> None:
+    """Open an app's journal once before serving, so a journal another process holds (or a file that is
+    no journal) is one line here, not a traceback from the app's start-up."""
+    import anyio
+
+    from aegis_nb.saga.durable import JournalError, SqliteJournal
+
+    journal = getattr(getattr(app, "workflow_engine", None), "journal", None)
+    if not isinstance(journal, SqliteJournal):
+        return
+
+    async def try_open() -> None:
+        async with SqliteJournal(journal.path):
+            pass
+
+    try:
+        anyio.run(try_open)
+    except JournalError as exc:
+        raise SystemExit(f"aegis-nb {command}: {exc}") from None
+
+
+def _serve_app(command: str, app: Any, args: argparse.Namespace) -> int:
     from aegis_nb.server.app import AegisMCP
 
+    _check_journal(command, app)
+    if args.transport == "http":
+        _check_address(command, args.host, args.port)
     if isinstance(app, AegisMCP):
         app.run(args.transport, host=args.host, port=args.port)
     elif args.transport == "stdio":
@@ -85,7 +151,8 @@ def _serve_app(app: Any, args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    return _serve_app(_load_app(args.app), args)
+    _check_transport_options("serve", args)
+    return _serve_app("serve", _load_app(args.app), args)
 
 
 def _mock(args: argparse.Namespace) -> int:
@@ -93,16 +160,21 @@ def _mock(args: argparse.Namespace) -> int:
 
     from aegis_nb.mock import FaultPlan, FaultPlanError, Ledger, LedgerError, TravelAgency
 
+    _check_transport_options("mock", args)
+    # An empty value (an unset shell variable) is refused, not taken as "none given": SQLite would
+    # open '' as a private temporary database, and the user would lose a ledger they think is kept.
+    if args.ledger == "":
+        raise SystemExit("aegis-nb mock: bad --ledger: empty path (leave --ledger out to keep it in memory)")
     try:
-        plan = FaultPlan.from_json(json.loads(args.faults)) if args.faults else FaultPlan()
+        plan = FaultPlan() if args.faults is None else FaultPlan.from_json(json.loads(args.faults))
     except (ValueError, FaultPlanError) as exc:
         raise SystemExit(f"aegis-nb mock: bad --faults: {exc}") from None
     try:
-        ledger = Ledger(args.ledger) if args.ledger else None
+        ledger = None if args.ledger is None else Ledger(args.ledger)
     except LedgerError as exc:  # a missing folder, or a file that is not SQLite
         raise SystemExit(f"aegis-nb mock: bad --ledger: {exc}") from None
     agency = TravelAgency(ledger, faults=plan)
-    return _serve_app(agency.server, args)
+    return _serve_app("mock", agency.server, args)
 
 
 def _runs(args: argparse.Namespace) -> int:
@@ -207,8 +279,11 @@ def _port(text: str) -> int:
 
 def _add_transport_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP host (default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=8000, help="HTTP port (default 8000); served at /mcp")
+    # No defaults here: `_check_transport_options` refuses them over stdio, then fills them in.
+    parser.add_argument("--host", help="HTTP host (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=_port, help="HTTP port (default 8000; 0 picks a free one); served at /mcp"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -239,7 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Command = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        # Ctrl-C is how a server is stopped and a demo cut short: by then the saga in flight has
+        # rolled back, so a traceback would only hide that. 130 is the shell's code for SIGINT.
+        print(f"aegis-nb {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -131,6 +131,23 @@ async def test_invalid_arguments_are_rejected_with_the_validation_message() -> N
     assert agency.state().is_empty
 
 
+async def test_a_malformed_card_number_is_refused_in_one_line_that_does_not_repeat_it() -> None:
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        schema = (await session.client.list_tools()).tools
+        card_schema = next(t for t in schema if t.name == "charge_card").input_schema["properties"]
+        with pytest.raises(ToolError) as bad:
+            await session.call_tool(
+                "charge_card", {"amount_cents": 100, "card_number": "4242 4242 4242 4242"}
+            )
+    assert (bad.value.message, bad.value.refused) == (
+        "a card number is 12 to 19 digits, no spaces, got 19 characters",
+        True,  # nothing was charged: a saga owes no refund
+    )
+    assert card_schema["card_number"]["pattern"] == "^[0-9]{12,19}$"  # still published for clients
+    assert agency.state().is_empty
+
+
 async def test_an_undo_tool_that_fails_twice_then_succeeds() -> None:
     agency = TravelAgency(faults=FaultPlan({"cancel_flight": ToolFaults(fail_next=2)}))
     async with agency.connect() as session:

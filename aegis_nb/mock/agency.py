@@ -14,6 +14,7 @@ call of a tool-pair step (~20 µs a call in bench/mcp.py). An empty key, id or f
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,6 +37,12 @@ DECLINED_TEST_CARD = "4000000000000002"
 Key = Annotated[str, Field(description="Makes retries safe: the same key returns the same result.")]
 UndoKey = Annotated[str, Field(description="Undo what was done under this idempotency key instead.")]
 UndoId = Annotated[str, Field(description="The id the booking tool returned.")]
+# The pattern is published for clients but checked in the tool: pydantic's error would repeat the
+# card number to the caller, and into a saga's failure report, over four lines.
+CardNumber = Annotated[
+    str, Field(description="12 to 19 digits, no spaces.", json_schema_extra={"pattern": r"^[0-9]{12,19}$"})
+]
+_CARD_NUMBER = re.compile(r"[0-9]{12,19}")
 
 
 class FlightOffer(TypedDict):
@@ -235,10 +242,15 @@ class TravelAgency:
         @server.tool()
         async def charge_card(
             amount_cents: Annotated[int, Field(gt=0)],
-            card_number: Annotated[str, Field(pattern=r"^[0-9]{12,19}$")],
+            card_number: CardNumber,
             idempotency_key: Key = "",
         ) -> ChargeResult:
             """Charge `amount_cents` to a card; only its last four digits are kept."""
+            if not _CARD_NUMBER.fullmatch(card_number):
+                raise ToolError(
+                    "charge_card",
+                    f"a card number is 12 to 19 digits, no spaces, got {len(card_number)} characters",
+                )
             await agency._before("charge_card")
             if card_number == DECLINED_TEST_CARD:
                 raise ToolError("charge_card", DECLINED)
