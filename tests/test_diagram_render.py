@@ -240,7 +240,7 @@ def test_any_real_run_renders_consistently(backend: str, count: int, data: st.Da
     arrows = [line for line in mermaid.splitlines() if re.match(r"\s+(E|S\d+)(->>|-->>|--x)", line)]
     undone = sum(m.kind is MessageKind.COMPENSATED for m in model.messages)
     assert len(arrows) == len(model.messages) - undone
-    assert ("rect rgb(60, 20, 20)" in mermaid) is (fail_at is not None)
+    assert ("rect rgba(220, 38, 38, 0.12)" in mermaid) is (fail_at is not None)
     text = render_text(model)
     assert text.endswith(labels.summary(model) + "\n")
     failed = fail_at is not None

@@ -170,6 +170,65 @@ SCENARIOS: dict[str, Callable[[], tuple[SagaEvent, ...]]] = {
 }
 
 
+# -- crowded drawings: text longer than the room it has ----------------------------------------------
+
+
+def injected_failure_of_two() -> tuple[SagaEvent, ...]:
+    """The explorer's picture: two steps, so a narrow drawing, and a long injected failure."""
+    script = Script(("BookFlight", "ChargeCard"), saga="trip", deadline=102.0)
+    script.step_ok(0, "BookFlight", 301.1)
+    message = "ChargeCard failed (injected by --fail)"
+    script.step_fails(1, "ChargeCard", message, ms=0.15, kind="InjectedFailure")
+    return script.undo(0, "BookFlight", 0.02).end_rollback()
+
+
+LONG_NAMES = (
+    "ReserveTheVeryExpensiveHotelRoomWithSeaView",
+    "BookFlightToTheOtherSideOfTheWorld",
+    "ChargeCustomerCreditCardForEverything",
+)
+
+
+def long_names() -> tuple[SagaEvent, ...]:
+    """Names wider than their lane heads, a title wider than the room left of the status, a long error."""
+    script = Script(LONG_NAMES, saga="a_saga_with_a_remarkably_long_name_that_goes_on_and_on_and_on_forever")
+    script.step_ok(0, LONG_NAMES[0]).step_ok(1, LONG_NAMES[1])
+    script.step_fails(2, LONG_NAMES[2], "Card Declined! " * 8)
+    return script.undo(1, LONG_NAMES[1]).undo(0, LONG_NAMES[0]).end_rollback()
+
+
+def long_title() -> tuple[SagaEvent, ...]:
+    """A two-step drawing is narrow: its title must stop short of the status pill."""
+    script = Script(("BookFlight", "ChargeCard"), saga="quarterly_offsite_travel_for_the_whole_platform_team")
+    return script.step_ok(0, "BookFlight").step_ok(1, "ChargeCard").commit()
+
+
+def stuck_with_long_errors() -> tuple[SagaEvent, ...]:
+    """Retried compensations whose errors are longer than the drawing is wide, and a long summary."""
+    script = Script(("BookFlight", "ChargeCard"), saga="trip")
+    script.step_ok(0, "BookFlight").step_fails(1, "ChargeCard", "Card Declined!")
+    error = "airline API unreachable: connection refused (errno 111) while cancelling PNR"
+    for attempt in (1, 2, 3):
+        script.undo_fails(0, "BookFlight", error, attempt, will_retry=attempt < 3)
+    return script.end_rollback()
+
+
+def one_step_long_failure() -> tuple[SagaEvent, ...]:
+    """One step: the shortest arrow there is, under the longest failure."""
+    script = Script(("Charge",), saga="pay")
+    message = "Card declined by issuer: insufficient funds on account ending 4242"
+    return script.step_fails(0, "Charge", message, kind="PaymentError").end_rollback()
+
+
+CROWDED: dict[str, Callable[[], tuple[SagaEvent, ...]]] = {
+    "injected_failure_of_two": injected_failure_of_two,
+    "long_names": long_names,
+    "long_title": long_title,
+    "stuck_with_long_errors": stuck_with_long_errors,
+    "one_step_long_failure": one_step_long_failure,
+}
+
+
 # -- the model ----------------------------------------------------------------------------------
 
 

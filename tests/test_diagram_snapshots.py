@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aegis_nb.diagram import SequenceModel, fold, render_dot, render_mermaid, render_svg, render_text
-from tests.test_diagram_scenarios import SCENARIOS, many_steps
+from tests.test_diagram_scenarios import CROWDED, SCENARIOS, many_steps
 
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "diagram"
 UPDATE = os.environ.get("AEGIS_UPDATE_SNAPSHOTS") == "1"
@@ -61,3 +61,9 @@ def test_running_states_match_snapshot(cut: int) -> None:
     model = fold(SCENARIOS["fail_third"]()[: cut + 1])
     check_snapshot(f"fail_third_after_{cut}.svg", render_svg(model))
     check_snapshot(f"fail_third_after_{cut}.txt", render_text(model))
+
+
+@pytest.mark.parametrize("scenario", sorted(CROWDED))
+def test_crowded_drawings_match_snapshot(scenario: str) -> None:
+    """Long names, titles, errors and summaries are clipped or wrapped to the drawing (see the PNGs)."""
+    check_snapshot(f"crowded/{scenario}.svg", render_svg(fold(CROWDED[scenario]())))

@@ -13,7 +13,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
 from aegis_nb.notebook.cellsurface import WIDGET_MIME
-from aegis_nb.notebook.explorer import SagaExplorer
+from aegis_nb.notebook.explorer import SagaExplorer, history_html
 
 STEPS = [
     "%%aegis_step BookFlight\nasync def execute(ctx):\n    return ctx.with_metadata({'flight': 'F1'})\n"
@@ -82,7 +82,7 @@ def test_each_press_reads_the_controls_and_keeps_the_previous_outcome(
         '<div style="font-size:12px;color:#475569">run 3: deadline 1 s'
     )
     history = view._history.value
-    assert history.index("<td>1</td>") < history.index("<td>2</td>") < history.index("<td>3</td>")
+    assert history.index(">1</td>") < history.index(">2</td>") < history.index(">3</td>")
     assert not view.run_button.disabled
     assert shell.user_ns["last"] is view.trials[2].run
 
@@ -100,4 +100,37 @@ def test_the_history_is_sorted_by_deadline_so_the_flip_is_plain(
         "run 2: deadline 0.1 s · latency: ChargeCard 0.2 s → rolled back\n"
         "run 3: deadline 0.3 s · latency: ChargeCard 0.2 s → committed\n"
         "run 1: deadline 0.5 s · latency: ChargeCard 0.2 s → committed"
+    )
+
+
+def test_the_history_table_pads_its_cells_and_gives_the_deadline_one_column(
+    explorer: tuple[InteractiveShell, SagaExplorer],
+) -> None:
+    """JupyterLab leaves an output's table cells unpadded: without its own padding, "settings" ran
+    into "outcome". The deadline is a column of its own, so the rest is split into latency and failing."""
+    _, view = explorer
+    view.run_button.click()
+    view.latency["BookFlight"].value = 0.05
+    view.failing["ChargeCard"].value = True
+    view.deadline.value = 0.2
+    view.run_button.click()
+    cell = "padding:3px 10px;border-bottom:1px solid #e2e8f0;vertical-align:top;text-align:"
+    failed = "ChargeCard failed (injected by --fail) — rolled back: BookFlight"
+    assert history_html(view.trials) == (
+        '<table class="aegis-history" style="font-size:12px;border-collapse:collapse;margin-top:8px">'
+        "<thead><tr>"
+        f'<th style="{cell}right;font-weight:600">run</th>'
+        f'<th style="{cell}right;font-weight:600">deadline</th>'
+        f'<th style="{cell}left;font-weight:600">latency</th>'
+        f'<th style="{cell}left;font-weight:600">failing</th>'
+        f'<th style="{cell}left;font-weight:600">outcome</th>'
+        "</tr></thead><tbody>"
+        f'<tr><td style="{cell}right">2</td><td style="{cell}right">0.2 s</td>'
+        f'<td style="{cell}left">BookFlight 0.05 s</td><td style="{cell}left">ChargeCard</td>'
+        f'<td style="{cell}left;color:#b91c1c">{failed}</td>'
+        "</tr>"
+        f'<tr><td style="{cell}right">1</td><td style="{cell}right">0.3 s</td>'
+        f'<td style="{cell}left">none</td><td style="{cell}left">none</td>'
+        f'<td style="{cell}left;color:#15803d">committed: BookFlight, ChargeCard</td>'
+        "</tr></tbody></table>"
     )

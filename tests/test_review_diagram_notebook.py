@@ -64,7 +64,7 @@ def test_a_mermaid_directive_in_a_name_or_error_is_drawn_as_text() -> None:
         "    E->>S2: execute()\n"
         '    S2-->>E: Fails (50#37; off #37;#37;{init: {"theme": "dark"}}#37;#37;)\n'
         "\n"
-        "    rect rgb(60, 20, 20)\n"
+        "    rect rgba(220, 38, 38, 0.12)\n"
         "        Note over E: Rollback Triggered\n"
         "        E->>S1: compensate()\n"
         "    end\n"

@@ -2,11 +2,13 @@
 
 For the documentation's scenario (flight, hotel, card declined) this says what the page says: the
 engine ``E`` and one participant ``S1..Sn`` per step, ``execute()`` arrows, ``Success`` and
-``Fails (reason)`` replies, and a ``rect rgb(60, 20, 20)`` box opening with ``Note over E: Rollback
+``Fails (reason)`` replies, and a rollback ``rect`` box opening with ``Note over E: Rollback
 Triggered`` that holds the ``compensate()`` arrows, newest first (a compensation that succeeds draws
-no reply, as on the page). Beyond the page: timeouts, retried
-and failed compensations (``--x`` replies) and a closing note when something could not be undone.
-JupyterLab renders it offline (``text/vnd.mermaid`` or a ```` ```mermaid ```` fence).
+no reply, as on the page). The box is a translucent red, not the page's near-black ``rgb(60, 20,
+20)``: on a light theme (JupyterLab's and GitHub's default) that hid the arrows and their labels
+inside it. Beyond the page: timeouts, retried and failed compensations (``--x`` replies) and a
+closing note when something could not be undone. JupyterLab renders it offline
+(``text/vnd.mermaid`` or a ```` ```mermaid ```` fence).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
 from aegis_nb.kernel.report import FailureKind, SagaStatus
 from aegis_nb.kernel.text import replace_surrogates
 
-ROLLBACK_COLOUR = "rgb(60, 20, 20)"
+ROLLBACK_COLOUR = "rgba(220, 38, 38, 0.12)"  # mermaid's own text reads on it, on light and dark themes
 _ENTITIES = {"#": "#35;", ";": "#59;", "<": "#lt;", ">": "#gt;", "%": "#37;"}
 # ``%`` too: mermaid reads ``%%{...}%%`` anywhere in the source as a directive that reconfigures the
 # diagram (and drops the text), so a step name or error message could otherwise restyle it.

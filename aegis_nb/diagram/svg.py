@@ -17,6 +17,7 @@ from html import escape
 
 from aegis_nb.diagram import labels
 from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, DEFAULT_MAX_ROWS, Lane, LaneKind, Row, RowKind, layout
+from aegis_nb.diagram.metrics import fit, text_width, wrap
 from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.kernel.text import replace_surrogates
@@ -40,21 +41,27 @@ ARROW_COLOURS: dict[MessageKind, str] = {
 
 @dataclass(frozen=True, slots=True)
 class LaneLook:
+    """A lane head's colours: `ink` for the name, `caption_ink` for the state under it.
+
+    Both read at 4.5:1 or more on `fill` (WCAG AA for small text); the border (`stroke`) may be lighter.
+    """
+
     fill: str
     stroke: str
     ink: str
     caption: str
+    caption_ink: str
 
 
 LANE_LOOKS: dict[LaneState, LaneLook] = {
-    LaneState.PENDING: LaneLook("#f8fafc", "#cbd5e1", "#64748b", "pending"),
-    LaneState.RUNNING: LaneLook("#dbeafe", "#2563eb", "#1e3a8a", "running…"),
-    LaneState.SUCCEEDED: LaneLook("#dcfce7", "#16a34a", "#14532d", "✓ done"),
-    LaneState.FAILED: LaneLook("#fee2e2", "#dc2626", "#7f1d1d", "✗ failed"),
-    LaneState.TIMED_OUT: LaneLook("#ffedd5", "#ea580c", "#7c2d12", "◷ timed out"),
-    LaneState.COMPENSATING: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "undoing…"),
-    LaneState.COMPENSATED: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "↩ undone"),
-    LaneState.STUCK: LaneLook("#ffe4e6", "#9f1239", "#881337", "⚠ not undone"),
+    LaneState.PENDING: LaneLook("#f8fafc", "#cbd5e1", "#64748b", "pending", "#64748b"),
+    LaneState.RUNNING: LaneLook("#dbeafe", "#2563eb", "#1e3a8a", "running…", "#1d4ed8"),
+    LaneState.SUCCEEDED: LaneLook("#dcfce7", "#16a34a", "#14532d", "✓ done", "#15803d"),
+    LaneState.FAILED: LaneLook("#fee2e2", "#dc2626", "#7f1d1d", "✗ failed", "#b91c1c"),
+    LaneState.TIMED_OUT: LaneLook("#ffedd5", "#ea580c", "#7c2d12", "◷ timed out", "#c2410c"),
+    LaneState.COMPENSATING: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "undoing…", "#6d28d9"),
+    LaneState.COMPENSATED: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "↩ undone", "#6d28d9"),
+    LaneState.STUCK: LaneLook("#ffe4e6", "#9f1239", "#881337", "⚠ not undone", "#9f1239"),
 }
 
 STATUS_COLOURS: dict[SagaStatus, str] = {
@@ -70,11 +77,14 @@ GUTTER = 64  # left margin for the "+12.3 ms" time of each row
 HEAD_H = 46
 ROW_H = 32
 NOTE_H = 38
-CHAR_W = 7.0  # rough width of a 12.5px sans-serif character, for sizing lanes and clipping labels
+FOOT_LINE_H = 18  # the summary under the drawing wraps onto up to FOOT_LINES lines
+FOOT_LINES = 3
+CHAR_W = 7.0  # rough width of a 12.5px sans-serif character, for placing arrow labels
 MIN_LANE_W = 140
 MAX_LANE_W = 200
 MIN_WIDTH = 600
 FEET_AFTER_ROWS = 16  # taller diagrams repeat the lane heads at the bottom, as mermaid does
+ROLLBACK_LEFT = PAD + GUTTER - 8  # the rollback box's left edge, just right of the row times
 WIDE_LANES = 7  # wider diagrams name the step in each label and set it by the step's end
 
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -106,8 +116,16 @@ class _Drawing:
         self.model = model
         self.plan = layout(model, max_lanes=max_lanes, max_rows=max_rows)
         self.prefix = id_prefix(model)
-        longest = max((len(self._lane_name(lane)) for lane in self.plan.lanes), default=8)
-        self.lane_w = min(MAX_LANE_W, max(MIN_LANE_W, round(longest * CHAR_W + 30)))
+        # The engine's head is the same in every drawing, and fits the narrowest lane.
+        longest = max(
+            (
+                text_width(self._lane_name(lane), 12.5, bold=True)
+                for lane in self.plan.lanes
+                if lane.kind is not LaneKind.ENGINE
+            ),
+            default=0.0,
+        )
+        self.lane_w = min(MAX_LANE_W, max(MIN_LANE_W, round(longest + 30)))
         self.cause = labels.cause_line(model)
         self.head_top = PAD + (74 if self.cause else 54)
         self.rows_top = self.head_top + HEAD_H + 16
@@ -121,7 +139,8 @@ class _Drawing:
         long = len(self.plan.rows) > FEET_AFTER_ROWS
         self.feet_top: int | None = self.rows_bottom + 6 if long else None
         self.bottom = self.rows_bottom if self.feet_top is None else self.feet_top + HEAD_H
-        self.height = self.bottom + 44
+        self.footer = self._footer_lines()
+        self.height = self.bottom + 44 + FOOT_LINE_H * (len(self.footer) - 1)
         self.wide = len(self.plan.lanes) > WIDE_LANES
 
     def x(self, lane: int) -> float:
@@ -170,11 +189,11 @@ class _Drawing:
 
     def _header(self) -> list[str]:
         model = self.model
-        title = esc(labels.clip(model.saga or "saga", 60))
         status = labels.STATUS_WORDS[model.status]
         colour = STATUS_COLOURS[model.status]
         pill_w = len(status) * 8.2 + 24
         pill_x = self.width - PAD - pill_w
+        title = esc(fit(model.saga or "saga", pill_x - PAD - 16, 19, bold=True))
         out = [
             f'<text x="{PAD}" y="{PAD + 20}" font-size="19" font-weight="700" fill="{INK}">{title}</text>',
             f'<g class="aegis-status"><rect x="{pill_x:.1f}" y="{PAD + 4}" width="{pill_w:.1f}" height="22" '
@@ -187,7 +206,7 @@ class _Drawing:
         if self.cause:
             out.append(
                 f'<text x="{PAD}" y="{PAD + 62}" font-size="13" font-weight="600" fill="#b91c1c">'
-                f"{esc(labels.clip('✗ ' + self.cause, int((self.width - 2 * PAD) / 7.8)))}</text>"
+                f"{esc(fit('✗ ' + self.cause, self.width - 2 * PAD, 13, bold=True))}</text>"
             )
         return out
 
@@ -209,6 +228,8 @@ class _Drawing:
     def _head(self, i: int, lane: Lane, top: int, where: str) -> str:
         cx, w = self.x(i), self.lane_w - 16
         name = self._lane_name(lane)
+        # The estimate runs wide, and the engine's name is known to fit.
+        shown = name if lane.kind is LaneKind.ENGINE else fit(name, w - 10, 12.5, bold=True)
         if lane.kind is LaneKind.ENGINE:
             fill, stroke, ink, caption, ink2 = "#1e293b", "#1e293b", "#ffffff", "engine", "#cbd5e1"
         elif lane.kind is LaneKind.FOLD:
@@ -217,7 +238,7 @@ class _Drawing:
         else:
             assert lane.state is not None
             look = LANE_LOOKS[lane.state]
-            fill, stroke, ink, ink2 = look.fill, look.stroke, look.ink, look.stroke
+            fill, stroke, ink, ink2 = look.fill, look.stroke, look.ink, look.caption_ink
             caption = f"{lane.first + 1} · {look.caption}"
         border = ' stroke-dasharray="4 3"' if lane.kind is LaneKind.FOLD else ""
         state = f' data-state="{lane.state.name.lower()}"' if lane.state is not None else ""
@@ -226,7 +247,7 @@ class _Drawing:
             f'<rect x="{cx - w / 2:.1f}" y="{top}" width="{w}" height="{HEAD_H}" rx="9" fill="{fill}" '
             f'stroke="{stroke}" stroke-width="1.5"{border}/>'
             f'<text x="{cx:.1f}" y="{top + 19}" font-size="12.5" font-weight="700" fill="{ink}" '
-            f'text-anchor="middle">{esc(labels.clip(name, int((w - 12) / CHAR_W)))}</text>'
+            f'text-anchor="middle">{esc(shown)}</text>'
             f'<text x="{cx:.1f}" y="{top + 36}" font-size="11" fill="{ink2}" text-anchor="middle">'
             f"{esc(caption)}</text></g>"
         )
@@ -253,8 +274,8 @@ class _Drawing:
             return [*self._activations(), *out]
         top = rollback_top
         box = (
-            f'<rect class="aegis-rollback-box" x="{PAD + GUTTER - 8}" y="{top - 6}" '
-            f'width="{self.width - 2 * PAD - GUTTER + 2}" height="{self.rows_bottom - top + 2}" rx="10" '
+            f'<rect class="aegis-rollback-box" x="{ROLLBACK_LEFT}" y="{top - 6}" '
+            f'width="{self.width - PAD - ROLLBACK_LEFT - 6}" height="{self.rows_bottom - top + 2}" rx="10" '
             f'fill="#fee2e2" fill-opacity="0.45" stroke="#f87171" stroke-width="1.5"/>'
             f'<text x="{self.width - PAD - 14}" y="{top + 12}" font-size="11" font-weight="700" '
             f'fill="#b91c1c" text-anchor="end" letter-spacing="1">ROLLBACK</text>'
@@ -296,11 +317,13 @@ class _Drawing:
         )
 
     def _rollback_note(self, top: int) -> str:
-        cx = self.x(0)
+        """The note over the engine's lifeline, moved right as far as it takes to sit inside the box."""
         text = "⟲ Rollback triggered"
         w = len(text) * 7.2 + 24
+        left = max(self.x(0) - w / 2, ROLLBACK_LEFT + 8)
+        cx = left + w / 2
         return (
-            f'<g class="aegis-note"><rect x="{cx - w / 2:.1f}" y="{top + 4}" width="{w:.1f}" height="24" '
+            f'<g class="aegis-note"><rect x="{left:.1f}" y="{top + 4}" width="{w:.1f}" height="24" '
             f'rx="6" fill="#fff7ed" stroke="#fb923c"/><text x="{cx:.1f}" y="{top + 20}" font-size="12" '
             f'font-weight="700" fill="#9a3412" text-anchor="middle">{esc(text)}</text></g>'
         )
@@ -338,7 +361,11 @@ class _Drawing:
         step = self.model.steps[message.step]
         shown = labels.clip(f"{step}: {label}" if self.wide else label, 110)
         if len(shown) * CHAR_W + 20 > x1 - x0:
-            anchor, at = "start", x0 + 8  # longer than its arrow: from the engine rightwards
+            # Longer than its arrow: from the engine rightwards, cut where the drawing ends (the
+            # row's tooltip holds it all). Growing the drawing instead would make a live view jump
+            # wider when a failure arrives, and shrink an explorer pane's picture to make room.
+            anchor, at = "start", x0 + 8
+            shown = fit(shown, self.width - PAD - 6 - at, 12.5, bold=weight == "600")
         elif self.wide:
             anchor, at = "end", x1 - 10  # readable where the arrow ends, however far right that is
         else:
@@ -355,13 +382,18 @@ class _Drawing:
             f'stroke-linejoin="round">{esc(shown)}</text></g>'
         )
 
-    def _footer(self) -> list[str]:
-        y = self.bottom + 26
-        colour = STATUS_COLOURS[self.model.status] if self.model.finished else MUTED
+    def _footer_lines(self) -> tuple[str, ...]:
+        """The summary, wrapped: cut to one line, it lost what was rolled back or left standing."""
         note = ""
         if self.plan.folded_steps or self.plan.folded_rows:
             note = f"  (folded: {self.plan.folded_steps} steps, {self.plan.folded_rows} rows)"
+        text = labels.summary(self.model) + note
+        return wrap(text, self.width - 2 * PAD, 12.5, bold=True, max_lines=FOOT_LINES) or ("",)
+
+    def _footer(self) -> list[str]:
+        colour = STATUS_COLOURS[self.model.status] if self.model.finished else MUTED
         return [
-            f'<text x="{PAD}" y="{y}" font-size="12.5" font-weight="600" fill="{colour}">'
-            f"{esc(labels.clip(labels.summary(self.model) + note, int((self.width - 2 * PAD) / 7.4)))}</text>"
+            f'<text x="{PAD}" y="{self.bottom + 26 + FOOT_LINE_H * n}" font-size="12.5" font-weight="600" '
+            f'fill="{colour}">{esc(line)}</text>'
+            for n, line in enumerate(self.footer)
         ]

@@ -49,9 +49,13 @@ class Trial:
     failing: tuple[str, ...]
     run: SagaRun
 
-    def settings_text(self) -> str:
+    def latency_text(self) -> str:
+        """``ChargeCard 0.5 s``: the steps that were slowed down, or ``none``."""
         slow = ", ".join(f"{name} {seconds:g} s" for name, seconds in self.latencies if seconds > 0)
-        parts = [f"deadline {self.deadline:g} s", f"latency: {slow or 'none'}"]
+        return slow or "none"
+
+    def settings_text(self) -> str:
+        parts = [f"deadline {self.deadline:g} s", f"latency: {self.latency_text()}"]
         if self.failing:
             parts.append(f"failing: {', '.join(self.failing)}")
         return " · ".join(parts)
@@ -240,18 +244,42 @@ class History:
         return history_html(list(self.trials))
 
 
+# Padding and alignment inline: JupyterLab's stylesheet leaves an output's table cells unpadded, so
+# one column ran into the next. Numbers are right-aligned so deadlines line up for comparing.
+_CELL = "padding:3px 10px;border-bottom:1px solid #e2e8f0;vertical-align:top;text-align:"
+_COLUMNS = (
+    ("run", "right"),
+    ("deadline", "right"),
+    ("latency", "left"),
+    ("failing", "left"),
+    ("outcome", "left"),
+)
+
+
+def _td(text: str, align: str, colour: str | None = None) -> str:
+    ink = "" if colour is None else f";color:{colour}"
+    return f'<td style="{_CELL}{align}{ink}">{escape(replace_surrogates(text))}</td>'
+
+
 def history_html(trials: list[Trial]) -> str:
-    """Every trial so far, sorted by deadline: where the outcome flips is where the deadline bites."""
+    """Every trial so far, sorted by deadline: where the outcome flips is where the deadline bites.
+
+    The deadline has its own column, so the settings are split into what was slowed and what failed.
+    """
+    head = "".join(f'<th style="{_CELL}{align};font-weight:600">{name}</th>' for name, align in _COLUMNS)
     rows = []
     for trial in sorted(trials, key=lambda t: (t.deadline, t.number)):
         colour = "#15803d" if trial.run.ok else "#b91c1c"
         rows.append(
-            f"<tr><td>{trial.number}</td><td>{trial.deadline:g} s</td>"
-            f"<td>{escape(trial.settings_text())}</td>"
-            f'<td style="color:{colour}">{escape(replace_surrogates(trial.run.report.summary()))}</td></tr>'
+            "<tr>"
+            + _td(str(trial.number), "right")
+            + _td(f"{trial.deadline:g} s", "right")
+            + _td(trial.latency_text(), "left")
+            + _td(", ".join(trial.failing) or "none", "left")
+            + _td(trial.run.report.summary(), "left", colour)
+            + "</tr>"
         )
     return (
-        '<table class="aegis-history" style="font-size:12px;border-collapse:collapse">'
-        "<thead><tr><th>run</th><th>deadline</th><th>settings</th><th>outcome</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        '<table class="aegis-history" style="font-size:12px;border-collapse:collapse;margin-top:8px">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
