@@ -321,6 +321,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # rolled back, so a traceback would only hide that. 130 is the shell's code for SIGINT.
         print(f"aegis-nb {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        # A server the app connects to on start-up (an agency at a URL) that is not there: its
+        # `connect` error says which, and what went wrong, in one line; a traceback adds nothing.
+        from aegis_nb.kernel.errors import ServerUnreachable
+        from aegis_nb.server.session import sole_exception
+
+        found = sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        if not isinstance(found, ServerUnreachable):
+            raise
+        print(f"aegis-nb {args.command}: {found}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ PUBLIC_API = [
     "SagaStatus",
     "SagaStuck",
     "Secret",
+    "ServerUnreachable",
     "Sink",
     "SqliteJournal",
     "Step",

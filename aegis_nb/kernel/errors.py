@@ -6,6 +6,7 @@
      ├── StepResultError           (also TypeError)    execute() returned neither a context nor None
      ├── ToolError                                     an MCP tool call came back with is_error;
      │                                                 `refused`: the tool said it did not act
+     ├── ServerUnreachable         (also ConnectionError) no session could be opened to an MCP server
      └── SagaFailed                                    a saga did not commit; carries a SagaReport
           ├── SagaRolledBack                           every completed step was compensated
           └── SagaCompensationFailed                   some compensation still failed: see report
@@ -45,6 +46,10 @@ class SagaDefinitionError(AegisError, TypeError):
 
 class StepResultError(AegisError, TypeError):
     """A step's execute() returned something other than an AegisContext or None."""
+
+
+class ServerUnreachable(AegisError, ConnectionError):
+    """`connect` could not open a session to an MCP server; the message names it and says why."""
 
 
 class ToolError(AegisError):

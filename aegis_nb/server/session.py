@@ -10,14 +10,16 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any, Protocol, cast
+from urllib.parse import urlsplit
 
 from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
-from aegis_nb.kernel.errors import ToolError, ToolTimeoutError
+from aegis_nb.kernel.errors import ServerUnreachable, ToolError, ToolTimeoutError
+from aegis_nb.kernel.report import exception_text
 from aegis_nb.kernel.values import JSON_LEAVES
 from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY
 
@@ -122,14 +124,40 @@ async def connect(
     block comes out as itself, not wrapped in the client's task-group `ExceptionGroup`, so
     ``except SagaRolledBack`` around the block works.
     """
+    client = Client(target, **client_options)
     try:
-        async with Client(target, **client_options) as client:
+        async with AsyncExitStack() as stack:
+            try:
+                await stack.enter_async_context(client)
+            except Exception as exc:
+                # The SDK's errors here name neither the server nor, often, the problem's object
+                # ("All connection attempts failed", "Connection closed", a bare ENOENT).
+                cause = (sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else None) or exc
+                raise ServerUnreachable(
+                    f"cannot connect to the MCP server {describe_target(target)}: "
+                    f"{type(cause).__name__}: {exception_text(cause)}"
+                ) from exc
             yield ToolSession(client)
     except BaseExceptionGroup as group:
         sole = sole_exception(group)
         if sole is None:
             raise
         raise sole from sole.__cause__  # the group only wrapped it: keep its own cause, drop the group
+
+
+def describe_target(target: object) -> str:
+    """How connection errors name a server, without what could be secret (URL credentials and
+    query, command-line arguments, environment)."""
+    if isinstance(target, str):
+        url = urlsplit(target)
+        host = url.hostname or ""
+        where = f"{host}:{url.port}" if url.port is not None else host
+        return f"at {url.scheme}://{where}{url.path}" if url.scheme else f"at {target!r}"
+    if isinstance(target, StdioServerParameters):
+        return f"started by {target.command!r} over stdio"
+    if isinstance(target, MCPServer):
+        return f"{target.name!r} (in process)"
+    return f"of type {type(target).__name__}"
 
 
 def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
