@@ -17,6 +17,7 @@ from mcp.types import RequestParamsMeta
 
 from aegis_nb.mock.agency import TravelAgency
 from aegis_nb.mock.faults import FaultPlan, Latency, ToolFaults
+from aegis_nb.mock.ledgertext import money, undone_text
 from aegis_nb.mock.travel import travel_app
 from aegis_nb.server.deadline import TIMEOUT_META_KEY
 
@@ -36,20 +37,17 @@ SCENARIOS: tuple[tuple[str, FaultPlan, float | None], ...] = (
 def ledger_lines(ledger: dict[str, Any]) -> list[str]:
     """The agency's ledger, one line per kind of record."""
 
-    def euros(cents: int) -> str:
-        return f"{cents / 100:.2f} EUR"
-
     flights = [f"{b['booking_id']} {b['item']} to {b['place']}" for b in ledger["flights"]]
     hotels = [f"{b['booking_id']} {b['item']}, {b['nights']} nights" for b in ledger["hotels"]]
     charges = [
-        f"{c['charge_id']} {euros(c['amount_cents'])} on card ****{c['card_last4']}"
+        f"{c['charge_id']} {money(c['amount_cents'])} on card ****{c['card_last4']}"
         for c in ledger["charges"]
     ]
     return [
         f"  flights : {', '.join(flights) or '-'}",
         f"  hotels  : {', '.join(hotels) or '-'}",
-        f"  charges : {', '.join(charges) or '-'}  (held: {euros(ledger['balance_cents'])})",
-        f"  undone so far: {ledger['cancellations']} cancellations, {ledger['refunds']} refunds",
+        f"  charges : {', '.join(charges) or '-'}  (held: {money(ledger['balance_cents'])})",
+        f"  undone  : {undone_text(ledger['cancellations'], ledger['refunds'])}",
     ]
 
 

@@ -434,7 +434,7 @@ def test_mock_travel_binds_the_tools_and_reports_the_ledger(
     )
     out, err = capsys.readouterr()
     assert err == ""
-    assert out == "travel ledger: empty → 1 flight, 1 hotel, 1 charge ($555.00 held)\n"
+    assert out == "travel ledger: empty → 1 flight, 1 hotel, 1 charge (€555.00 held)\n"
     assert shell.user_ns["booked"].ok
     ok(
         shell,
@@ -443,7 +443,7 @@ def test_mock_travel_binds_the_tools_and_reports_the_ledger(
         "BookFlight(destination='Porto')\nReserveHotel(city='Porto', nights=2)\nChargeCard\n",
     )
     out, err = capsys.readouterr()
-    assert out == "travel ledger unchanged: 1 flight, 1 hotel, 1 charge ($555.00 held)\n"
+    assert out == "travel ledger unchanged: 1 flight, 1 hotel, 1 charge (€555.00 held)\n"
     assert err == (
         # The travel steps are in doubt and an injected failure is not the tool's own refusal,
         # so the failed ChargeCard is undone too (by its idempotency key).

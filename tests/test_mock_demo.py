@@ -24,8 +24,8 @@ result (ok): committed: BookFlight, ReserveHotel, ChargeCard
 ledger:
   flights : FL-0001 AE729 to Lisbon
   hotels  : HT-0001 Hotel Lisbon, 3 nights
-  charges : CH-0001 555.00 EUR on card ****4242  (held: 555.00 EUR)
-  undone so far: 0 cancellations, 0 refunds
+  charges : CH-0001 €555.00 on card ****4242  (held: €555.00)
+  undone  : 0 cancellations, 0 refunds
 
 === 2. the card is declined
   book_trip started: BookFlight -> ReserveHotel -> ChargeCard
@@ -44,8 +44,8 @@ result (error): Card Declined! — rolled back: ReserveHotel, BookFlight
 ledger:
   flights : -
   hotels  : -
-  charges : -  (held: 0.00 EUR)
-  undone so far: 2 cancellations, 0 refunds
+  charges : -  (held: €0.00)
+  undone  : 2 cancellations, 0 refunds
 
 === 3. the hotel is slower than the client's 300 ms deadline
   book_trip started: BookFlight -> ReserveHotel -> ChargeCard
@@ -62,8 +62,8 @@ result (error): {timeout}
 ledger:
   flights : -
   hotels  : -
-  charges : -  (held: 0.00 EUR)
-  undone so far: 1 cancellations, 0 refunds
+  charges : -  (held: €0.00)
+  undone  : 1 cancellation, 0 refunds
 """.replace(
     "{timeout}",
     "step 'ReserveHotel' exceeded its deadline (budget N ms) — rolled back: ReserveHotel, BookFlight",

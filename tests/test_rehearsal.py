@@ -98,7 +98,7 @@ def test_the_in_doubt_travel_saga_is_safe_in_every_scenario(shell: InteractiveSh
         "───────────────────────────────────  ──────────  ────────────  ──────────  ───────────  "
         "──────────────────────────────────────────\n"
         "all steps succeed                    ✓ done      ✓ done        ✓ done      committed    "
-        "1 flight, 1 hotel, 1 charge ($555.00 held)\n"
+        "1 flight, 1 hotel, 1 charge (€555.00 held)\n"
         "BookFlight fails                     ↶ undone    · not run     · not run   rolled back  clean\n"
         "ReserveHotel fails                   ↶ undone    ↶ undone      · not run   rolled back  clean\n"
         "ChargeCard fails                     ↶ undone    ↶ undone      ↶ undone    rolled back  clean\n"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
-from aegis_nb.kernel.text import one_line
+from aegis_nb.kernel.text import counted, one_line
 
 STATUS_WORDS: dict[SagaStatus, str] = {
     SagaStatus.RUNNING: "running",
@@ -73,9 +73,7 @@ def message_label(message: Message) -> str:
             return f"undone{took}"
         case MessageKind.COMPENSATION_FAILED:
             then = (
-                "retrying"
-                if message.will_retry
-                else f"gave up after {message.attempt} attempt{'s' if message.attempt != 1 else ''}"
+                "retrying" if message.will_retry else f"gave up after {counted(message.attempt, 'attempt')}"
             )
             return f"✗ undo failed: {error_text(message.error)}{took} · {then}"
     raise AssertionError(message.kind)  # pragma: no cover
@@ -90,7 +88,7 @@ def fold_label(count: int, kinds: tuple[tuple[MessageKind, int], ...]) -> str:
 def headline(model: SequenceModel) -> str:
     """``3 steps · 31.2 ms · deadline 100.0 ms · run 1a2b3c4d``."""
     n = len(model.steps)
-    parts = [f"{n} step{'s' if n != 1 else ''}", duration(model.elapsed)]
+    parts = [counted(n, "step"), duration(model.elapsed)]
     if model.has_deadline:
         parts.append(f"deadline {duration(model.deadline - model.started)}")
     parts.append(f"run {model.run_id[:8]}")
@@ -132,7 +130,7 @@ def summary(model: SequenceModel) -> str:
         if not report.compensation_failures:
             return f"{reason} — rolled back: {undone}"
         standing = "; ".join(
-            f"{f.step} ({f.error}, after {f.attempts} attempt{'s' if f.attempts != 1 else ''})"
+            f"{f.step} ({f.error}, after {counted(f.attempts, 'attempt')})"
             for f in report.compensation_failures[:_LISTED]
         )
         more = len(report.compensation_failures) - _LISTED

@@ -13,6 +13,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from aegis_nb.kernel.text import counted
+
 
 class SagaStatus(enum.Enum):
     """Where a run stands; the last three are final."""
@@ -100,7 +102,7 @@ class SagaReport:
         if not self.compensation_failures:
             return f"{reason} — rolled back: {undone}"
         standing = "; ".join(
-            f"{f.step} ({f.error}, after {f.attempts} attempt{'s' if f.attempts != 1 else ''})"
+            f"{f.step} ({f.error}, after {counted(f.attempts, 'attempt')})"
             for f in self.compensation_failures
         )
         return f"{reason} — could not undo: {standing} — rolled back: {undone}"

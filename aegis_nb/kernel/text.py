@@ -17,6 +17,11 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 step``, ``3 steps``: a count with its noun, plural when it is not one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def replace_surrogates(text: str) -> str:
     """`text` with each lone surrogate made U+FFFD, so that it encodes as UTF-8."""
     return _SURROGATES.sub("\ufffd", text)

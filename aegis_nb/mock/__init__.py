@@ -13,6 +13,7 @@ from aegis_nb.mock.ledger import (
     LedgerState,
     Undo,
 )
+from aegis_nb.mock.ledgertext import LedgerTable
 from aegis_nb.mock.travel import travel_agent, travel_app, travel_saga, travel_steps, trip_context
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Ledger",
     "LedgerError",
     "LedgerState",
+    "LedgerTable",
     "ToolFaults",
     "TravelAgency",
     "Undo",

@@ -105,6 +105,18 @@ class LedgerState:
         """Nothing live: no flight, no hotel, no charge."""
         return not (self.flights or self.hotels or self.charges)
 
+    def summary(self) -> str:
+        """``1 flight, 1 hotel, 1 charge (€555.00 held)``, or ``empty``."""
+        from aegis_nb.mock.ledgertext import ledger_summary
+
+        return ledger_summary(self)
+
+    def _repr_html_(self) -> str:
+        """In a notebook, the live bookings and charges as a table."""
+        from aegis_nb.mock.ledgertext import LedgerTable
+
+        return LedgerTable(self)._repr_html_()
+
     def to_json(self) -> dict[str, object]:
         return {
             "flights": [b.to_json() for b in self.flights],

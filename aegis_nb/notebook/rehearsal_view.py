@@ -12,10 +12,10 @@ from html import escape
 
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.kernel.text import replace_surrogates
-from aegis_nb.notebook.mocktools import ledger_summary
+from aegis_nb.mock.ledgertext import ledger_summary
 from aegis_nb.notebook.rehearsal import Mark, Rehearsal, ScenarioResult
 
-GREEN, RED, GREY, AMBER = "#15803d", "#b91c1c", "#94a3b8", "#b45309"
+GREEN, RED, GREY, AMBER = "#15803d", "#b91c1c", "#64748b", "#b45309"
 _BACKGROUND = {GREEN: "#f0fdf4", RED: "#fef2f2", GREY: "#f8fafc", AMBER: "#fffbeb"}
 _SYMBOL = {
     Mark.NOT_RUN: "·",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from html import escape
 
 from aegis_nb.diagram import SequenceModel, render_svg
+from aegis_nb.kernel.text import counted
 
 LOG_STYLE = (
     "margin:6px 0 0;padding:6px 10px;max-height:9.5em;overflow:auto;background:#f8fafc;"
@@ -27,7 +28,7 @@ def live_html(
     """
     lines = [escape(line) for line in log]
     if earlier:
-        lines.insert(0, f"… {earlier} earlier event{'s' if earlier != 1 else ''}")
+        lines.insert(0, f"… {counted(earlier, 'earlier event')}")
     return (
         f'<div class="aegis-live-diagram" data-status="{model.status.value}" '
         f'data-events="{model.event_count}" style="overflow:auto;max-height:{max_height}px">'

@@ -18,8 +18,9 @@ from IPython.core.error import UsageError
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError
 from aegis_nb.mock.agency import TravelAgency
+from aegis_nb.mock.ledgertext import ledger_change
 from aegis_nb.notebook.injection import Fault
-from aegis_nb.notebook.mocktools import MOCK_VARIABLE, MockTools, ledger_change
+from aegis_nb.notebook.mocktools import MOCK_VARIABLE, MockTools
 from aegis_nb.notebook.options import MockKind, SagaOptions
 from aegis_nb.notebook.plan import SagaPlan
 from aegis_nb.saga.definition import normalize_saga
