@@ -20,7 +20,7 @@ from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, DEFAULT_MAX_ROWS, Lane, L
 from aegis_nb.diagram.metrics import fit, text_width, wrap
 from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
 from aegis_nb.kernel.report import SagaStatus
-from aegis_nb.kernel.text import replace_surrogates
+from aegis_nb.kernel.text import counted, replace_surrogates
 
 FONT = "ui-sans-serif,system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif"
 
@@ -384,9 +384,9 @@ class _Drawing:
 
     def _footer_lines(self) -> tuple[str, ...]:
         """The summary, wrapped: cut to one line, it lost what was rolled back or left standing."""
-        note = ""
-        if self.plan.folded_steps or self.plan.folded_rows:
-            note = f"  (folded: {self.plan.folded_steps} steps, {self.plan.folded_rows} rows)"
+        folded = [(self.plan.folded_steps, "step"), (self.plan.folded_rows, "row")]
+        parts = [counted(n, noun) for n, noun in folded if n]
+        note = f"  (folded: {', '.join(parts)})" if parts else ""
         text = labels.summary(self.model) + note
         return wrap(text, self.width - 2 * PAD, 12.5, bold=True, max_lines=FOOT_LINES) or ("",)
 
