@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -177,31 +178,39 @@ def _mock(args: argparse.Namespace) -> int:
     return _serve_app("mock", agency.server, args)
 
 
+def _refused(command: str, problem: str) -> int:
+    """Say why `command` cannot run, on stderr; 2, the exit status of every refusal of a journal command."""
+    print(f"aegis-nb {command}: {problem}", file=sys.stderr)
+    return 2
+
+
+_EMPTY_JOURNAL = "bad --journal: empty path (name the journal file)"
+"""An empty --journal (an unset shell variable), refused by name: as a path it is the current folder."""
+
+
 def _runs(args: argparse.Namespace) -> int:
     """List a journal's runs with their status, or replay one run's events as text."""
-    import datetime
-
     from aegis_nb.saga.durable import JournalError, read_run, read_runs
+    from aegis_nb.saga.durable.runs import runs_table
     from aegis_nb.saga.trace import describe
 
+    if args.journal == "":
+        return _refused("runs", _EMPTY_JOURNAL)
+    if args.run == "":  # not "no --run": listing every run would answer another question
+        return _refused("runs", "bad --run: empty run id (leave --run out to list every run)")
     try:
-        if args.run:
+        if args.run is not None:
             for event in read_run(args.journal, args.run).events:
                 print(describe(event))
             return 0
         runs = read_runs(args.journal)
     except KeyError:
-        print(f"aegis-nb runs: no run {args.run!r} in {args.journal}", file=sys.stderr)
-        return 2
+        listing = f"aegis-nb runs --journal {shlex.quote(args.journal)}"
+        return _refused("runs", f"no run {args.run!r} in {args.journal} ({listing} lists them)")
     except JournalError as exc:
-        print(f"aegis-nb runs: {exc}", file=sys.stderr)
-        return 2
-    print(f"{'run':32}  {'saga':20}  {'status':11}  events  recovered  updated (UTC)")
-    for run in runs:
-        updated = datetime.datetime.fromtimestamp(run.updated, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
-        recovered = f"{run.recoveries}x" if run.recoveries else "-"
-        status = run.status.value
-        print(f"{run.run_id:32}  {run.saga[:20]:20}  {status:11}  {run.events:6}  {recovered:>9}  {updated}")
+        return _refused("runs", str(exc))
+    for line in runs_table(runs):
+        print(line)
     return 0
 
 
@@ -210,16 +219,18 @@ def _recover(args: argparse.Namespace) -> int:
     import anyio
 
     from aegis_nb.saga.durable import JournalError, JournalUnavailable, RecoveryIncomplete, SqliteJournal
+    from aegis_nb.saga.durable.sqlitefile import check_regular
     from aegis_nb.saga.engine import WorkflowEngine
     from aegis_nb.saga.trace import describe
 
+    if args.journal == "":
+        return _refused("recover", _EMPTY_JOURNAL)
     # Opening a journal creates it when missing: a mistyped path would "recover 0 runs" and exit 0.
     # Checked before the app is loaded, so a typo costs no import and leaves no file behind.
-    if not Path(args.journal).is_file():
-        print(
-            f"aegis-nb recover: {JournalUnavailable(args.journal, 'no such journal file')}", file=sys.stderr
-        )
-        return 2
+    try:
+        check_regular(Path(args.journal))
+    except JournalUnavailable as exc:
+        return _refused("recover", str(exc))
     module_name = args.app.partition(":")[0]
     what = "an AegisMCP app or WorkflowEngine"
     app = _load(
@@ -241,7 +252,8 @@ def _recover(args: argparse.Namespace) -> int:
         compensation_retry=engine.compensation_retry,
         compensation_budget=engine.compensation_budget,
         journal=journal,
-        sinks=[lambda event: print(describe(event), flush=True)],
+        # Runs are recovered concurrently: each line names its run, or their lines would mix.
+        sinks=[lambda event: print(f"[{event.run_id}] {describe(event)}", flush=True)],
     )
 
     async def recover() -> int:

@@ -23,17 +23,19 @@ from temporalio.client import (
     Interceptor,
     OutboundInterceptor,
     QueryWorkflowInput,
+    StartWorkflowInput,
     WorkflowFailureError,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from aegis_nb import AegisContext, WorkflowEngine
+from aegis_nb import AegisContext, ServerUnreachable, WorkflowEngine, step
 from aegis_nb.kernel.report import ErrorInfo
 from aegis_nb.saga.durable.codec import SCHEMA_VERSION
 from aegis_nb.saga.events import StepTimedOut
-from aegis_nb.temporal import WORKFLOW_NAME, saga_worker
+from aegis_nb.temporal import WORKFLOW_NAME, TemporalSagaRunner, saga_worker
 from aegis_nb.testing import EventCapture
+from tests.servers.launch import free_port
 from tests.steps import Boom, Calls, Recorded
 from tests.temporal_support import anyio_backend, client, temporal_address
 from tests.test_temporal import FAST_RETRY, running, trail
@@ -220,3 +222,77 @@ async def test_a_workflow_input_that_is_no_saga_plan_fails_the_workflow_at_once(
     assert isinstance(cause, ApplicationError)
     assert cause.non_retryable
     assert cause.message.startswith("not a saga plan this worker reads: RecordError(")
+
+
+# -- no Temporal server at the address ------------------------------------------------------------
+
+
+@step(name="Book")
+async def book(ctx: AegisContext) -> None:
+    return None
+
+
+@book.compensation
+async def unbook(ctx: AegisContext) -> None:
+    return None
+
+
+async def test_no_server_at_the_address_is_one_line_naming_it() -> None:
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    lazy = await Client.connect(address, lazy=True)  # connects on first use: in start_saga
+    with pytest.raises(ServerUnreachable) as caught:
+        await TemporalSagaRunner(lazy, "trips").execute_saga([book])
+    assert str(caught.value) == f"no Temporal server reachable at {address}: Connection refused"
+
+
+class Unavailable(Interceptor):
+    """Starting a workflow fails with `error`, as it does when the client finds no server."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _Unavailable(next, self.error)
+
+
+class _Unavailable(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, error: Exception) -> None:
+        super().__init__(next)
+        self._error = error
+
+    async def start_workflow(self, input: StartWorkflowInput) -> Any:
+        raise self._error
+
+
+DNS_FAILURE = (  # temporalio 1.35's words, on one line, when a lazy client's host does not resolve
+    "Failed client connect: Server connection error: tonic::transport::Error(Transport, ConnectError("
+    'ConnectError("dns error", Custom { kind: Uncategorized, error: "failed to lookup address '
+    'information: Name or service not known" })))'
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        # After the client's retries (about ten seconds) found no server where it connected before.
+        (RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b""), "tcp connect error"),
+        (RuntimeError(DNS_FAILURE), "failed to lookup address information: Name or service not known"),
+    ],
+    ids=["server-gone", "no-such-host"],
+)
+async def test_a_server_that_cannot_be_reached_is_one_line_naming_it(
+    temporal_address: str, error: Exception, reason: str
+) -> None:
+    runner_client = await Client.connect(temporal_address, interceptors=[Unavailable(error)])
+    with pytest.raises(ServerUnreachable) as caught:
+        await TemporalSagaRunner(runner_client, "trips").execute_saga([book])
+    assert str(caught.value) == f"no Temporal server reachable at {temporal_address}: {reason}"
+    assert caught.value.__cause__ is error
+
+
+async def test_other_failures_to_start_are_not_taken_for_an_unreachable_server(temporal_address: str) -> None:
+    error = RPCError("namespace not found", RPCStatusCode.NOT_FOUND, b"")
+    runner_client = await Client.connect(temporal_address, interceptors=[Unavailable(error)])
+    with pytest.raises(RPCError) as caught:
+        await TemporalSagaRunner(runner_client, "trips").execute_saga([book])
+    assert caught.value is error

@@ -6,7 +6,7 @@
      ├── StepResultError           (also TypeError)    execute() returned neither a context nor None
      ├── ToolError                                     an MCP tool call came back with is_error;
      │                                                 `refused`: the tool said it did not act
-     ├── ServerUnreachable         (also ConnectionError) no session could be opened to an MCP server
+     ├── ServerUnreachable         (also ConnectionError) an MCP or Temporal server could not be reached
      └── SagaFailed                                    a saga did not commit; carries a SagaReport
           ├── SagaRolledBack                           every completed step was compensated
           └── SagaCompensationFailed                   some compensation still failed: see report
@@ -49,7 +49,8 @@ class StepResultError(AegisError, TypeError):
 
 
 class ServerUnreachable(AegisError, ConnectionError):
-    """`connect` could not open a session to an MCP server; the message names it and says why."""
+    """No session could be opened to an MCP server (`connect`) or a Temporal server; the message names
+    the server (never its credentials) and says why."""
 
 
 class ToolError(AegisError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
@@ -29,6 +30,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError
+from temporalio.service import RPCStatusCode as RPCStatus
 
 from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
@@ -37,8 +39,10 @@ from aegis_nb.kernel.errors import (
     SagaDefinitionError,
     SagaFailed,
     SagaRolledBack,
+    ServerUnreachable,
     ToolTimeoutError,
 )
+from aegis_nb.kernel.text import one_line
 from aegis_nb.saga.definition import normalize_saga
 from aegis_nb.saga.durable.codec import event_from_json
 from aegis_nb.saga.durable.locator import StepResolver
@@ -185,14 +189,20 @@ class TemporalSagaRunner:
             self.compensation_retry,
             self.heartbeat_timeout,
         )
-        handle: WorkflowHandle[Any, dict[str, Any]] = await self.client.start_workflow(
-            WORKFLOW_NAME,
-            plan.to_json(),
-            id=workflow_id or f"{name}-{uuid.uuid4().hex}",
-            task_queue=self.task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            result_type=dict,
-        )
+        try:
+            handle: WorkflowHandle[Any, dict[str, Any]] = await self.client.start_workflow(
+                WORKFLOW_NAME,
+                plan.to_json(),
+                id=workflow_id or f"{name}-{uuid.uuid4().hex}",
+                task_queue=self.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                result_type=dict,
+            )
+        except (RPCError, RuntimeError) as exc:
+            unreachable = _unreachable(self.client, exc)
+            if unreachable is None:
+                raise
+            raise unreachable from exc
         return TemporalSagaHandle(handle)
 
 
@@ -243,6 +253,23 @@ class TemporalSagaHandle:
                 for event in await self.events(len(recorder.events)):
                     recorder.publish(event)
             await anyio.sleep(interval)
+
+
+def _unreachable(client: Client, exc: Exception) -> ServerUnreachable | None:
+    """`exc` as one line naming the server, if it says the server cannot be reached: a lazy client's
+    failed connect (a Rust transport error, address and all, on one long line) or an RPC that found
+    no server after the client's retries (its message does not name the server)."""
+    if isinstance(exc, RPCError):
+        if exc.status is not RPCStatus.UNAVAILABLE:
+            return None
+    elif not str(exc).startswith("Failed client connect"):
+        return None
+    # The OS's own words, when the transport error carries them ('message: "Connection refused"',
+    # 'error: "failed to lookup address information: ..."'), not its Rust debug form.
+    reasons = re.findall(r'(?:message|error): "([^"]+)"', str(exc))
+    reason = reasons[-1] if reasons else one_line(str(exc))
+    address = client.service_client.config.target_host
+    return ServerUnreachable(f"no Temporal server reachable at {address}: {reason}")
 
 
 _QUERY_FAILURES = (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError)

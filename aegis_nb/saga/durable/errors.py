@@ -16,6 +16,7 @@ person (or a newer aegis_nb) to look at.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from aegis_nb.kernel.errors import AegisError, SagaDefinitionError
@@ -32,7 +33,8 @@ class JournalError(AegisError):
         self.path = Path(path)
         self.problem = problem
         self.record = record
-        where = f"journal {str(self.path)!r}" + (f", record {record}" if record else "")
+        # Named as given: Path("") is ".", which would name the current folder for an empty path.
+        where = f"journal {os.fspath(path)!r}" + (f", record {record}" if record else "")
         super().__init__(f"{where}: {problem}")
 
     def again(self) -> JournalError:

@@ -128,6 +128,9 @@ class SqliteJournal:
         steps: Iterable[object] | Mapping[str, object] = (),
         main_module: str | None = None,
     ) -> None:
+        if os.fspath(path) == "":
+            # Path("") is the current folder: refused now, not as "not a regular file" at first use.
+            raise ValueError("the journal path is empty: name the SQLite file to journal to")
         self.path = Path(path)
         self.resolver = StepResolver(steps, main_module=main_module)
         self._file: JournalFile | None = None

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.kernel.text import counted, one_line, replace_surrogates
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.codec import SCHEMA_VERSION, RecordError, decode_event, dumps, loads
 from aegis_nb.saga.durable.errors import JournalCorrupt, JournalTooNew
@@ -106,6 +109,48 @@ def _step(index: int, item: object) -> StepRecord:
         raise RecordError(f"step {index} is malformed: {item!r}")
     locator = StepLocator.from_json(item.get("locator"))
     return StepRecord(index, name, locator, tuple(args), MappingProxyType(kwargs), in_doubt)
+
+
+def runs_table(runs: Sequence[RunInfo]) -> list[str]:
+    """``aegis-nb runs``' listing: columns as wide as their widest value (run ids are the caller's
+    and names are not cut short), one line per run, then a count of the runs by status."""
+    rows = [
+        (
+            _flat(run.run_id),
+            _flat(run.saga),
+            run.status.value,
+            str(run.events),
+            f"{run.recoveries}x" if run.recoveries else "-",
+            datetime.datetime.fromtimestamp(run.updated, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        )
+        for run in runs
+    ]
+    header = ("run", "saga", "status", "events", "recovered", "updated (UTC)")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    lines = ["  ".join(_aligned(row, widths)).rstrip() for row in (header, *rows)]
+    counts = Counter(run.status for run in runs)
+    by_status = ", ".join(f"{counts[status]} {status.value}" for status in SagaStatus if counts[status])
+    unfinished = sum(n for status, n in counts.items() if not status.is_final)
+    advice = (
+        f"; {unfinished} unfinished: running now, or left by a crash (aegis-nb recover rolls those back)"
+        if unfinished
+        else ""
+    )
+    lines.append(f"{counted(len(runs), 'run')}" + (f": {by_status}" if runs else "") + advice)
+    return lines
+
+
+def _aligned(row: tuple[str, ...], widths: list[int]) -> list[str]:
+    """Names and status left-aligned, the two counts right-aligned, the time as it is."""
+    return [
+        cell.rjust(w) if i in (3, 4) else cell.ljust(w)
+        for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+    ]
+
+
+def _flat(text: str) -> str:
+    """A name on one printable line: a newline would break the table, a lone surrogate the print."""
+    return replace_surrogates(one_line(text))
 
 
 def read_runs(path: Path | str) -> tuple[RunInfo, ...]:

@@ -26,6 +26,10 @@ from aegis_nb.saga.durable.errors import (
 APPLICATION_ID = 0x41654A6C
 """SQLite's application id for aegis_nb journals ("AeJl"): tells our files from other databases."""
 
+LEDGER_APPLICATION_ID = 0x41654C67
+"""The mock agency's ledger ("AeLg", `aegis_nb.mock.ledger.APPLICATION_ID`, pinned equal by a test):
+repeated here because the saga layer does not import mock, and a ledger is the likeliest wrong file."""
+
 FILE_SCHEMA: Final = 2
 """The file's table layout (its ``PRAGMA user_version``); the records inside carry their own
 schema version (`codec.SCHEMA_VERSION`). 2: events in the order written, indexed by run."""
@@ -41,13 +45,26 @@ def create_file(path: Path) -> bool:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise JournalUnavailable(path, "exists and is not a regular file") from None
+        check_regular(path)
         return False
     except OSError as exc:
         raise JournalUnavailable(path, f"cannot create the file ({exc.strerror})") from exc
     os.close(fd)
     return True
+
+
+def check_regular(path: Path) -> None:
+    """Refuse a path that is missing, or that is a folder or a device rather than a journal file."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise JournalUnavailable(path, "no such journal file") from None
+    except OSError as exc:
+        raise JournalUnavailable(path, f"cannot look at the file ({exc.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise JournalUnavailable(path, "is a directory, not a journal file: name the file in it")
+    if not stat.S_ISREG(mode):
+        raise JournalUnavailable(path, "exists and is not a regular file")
 
 
 def lock_writer(path: Path) -> int:
@@ -139,8 +156,8 @@ def user_version(path: Path, db: sqlite3.Connection) -> int:
         raise sqlite_error(path, exc, "cannot read the header of") from exc
 
 
-def check_header(path: Path, db: sqlite3.Connection) -> None:
-    """Refuse files that are not our journals, or that a newer schema wrote."""
+def check_header(path: Path, db: sqlite3.Connection) -> bool:
+    """Refuse files that are not our journals, or that a newer schema wrote; True if it is empty."""
     try:
         application_id = int(db.execute("PRAGMA application_id").fetchone()[0])
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
@@ -148,7 +165,16 @@ def check_header(path: Path, db: sqlite3.Connection) -> None:
     except sqlite3.Error as exc:
         raise sqlite_error(path, exc, "cannot read the header of") from exc
     if application_id == 0 and version == 0 and tables == 0:
-        return  # an empty database (a writer created the file, then died before the schema)
+        return True  # an empty database (a writer created the file, then died before the schema)
+    if application_id == LEDGER_APPLICATION_ID:
+        raise JournalCorrupt(
+            path, "not an aegis_nb journal: it is an aegis-nb mock ledger (aegis-nb mock --ledger)"
+        )
+    names = ", ".join(sorted(_table_names(path, db))) if application_id == 0 and version == 0 else ""
+    if names:
+        raise JournalCorrupt(
+            path, f"not an aegis_nb journal: it holds another application's tables ({names})"
+        )
     if application_id != APPLICATION_ID:
         raise JournalCorrupt(path, f"not an aegis_nb journal (SQLite application id {application_id:#x})")
     if version > FILE_SCHEMA:
@@ -163,6 +189,15 @@ def check_header(path: Path, db: sqlite3.Connection) -> None:
             f"written by journal schema {version}, a development layout from before aegis_nb 0.1.0; "
             f"this aegis_nb reads schema {FILE_SCHEMA}: finish its runs with the version that wrote it",
         )
+    return False
+
+
+def _table_names(path: Path, db: sqlite3.Connection) -> list[str]:
+    try:
+        rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
+        return [str(name) for (name,) in rows]
+    except sqlite3.Error as exc:
+        raise sqlite_error(path, exc, "cannot read the header of") from exc
 
 
 def check_integrity(path: Path, db: sqlite3.Connection) -> None:
@@ -171,7 +206,10 @@ def check_integrity(path: Path, db: sqlite3.Connection) -> None:
     except sqlite3.Error as exc:
         raise sqlite_error(path, exc, "cannot check") from exc
     if problems != ["ok"]:
-        raise JournalCorrupt(path, "damaged: " + "; ".join(problems))
+        # SQLite's report starts "*** in database main ***" and may span lines: one line, its findings.
+        found = [line.strip() for text in problems for line in text.splitlines()]
+        found = [line for line in found if line and not line.startswith("***")]
+        raise JournalCorrupt(path, "damaged: " + "; ".join(found or problems))
 
 
 def sqlite_error(path: Path, exc: sqlite3.Error, doing: str) -> JournalError:

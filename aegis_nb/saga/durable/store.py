@@ -34,6 +34,7 @@ from aegis_nb.saga.durable.sqlitefile import (
     FILE_SCHEMA,
     check_header,
     check_integrity,
+    check_regular,
     connect,
     create_file,
     lock_writer,
@@ -141,6 +142,7 @@ class JournalFile:
         self._lock_fd = lock_fd
         self._lock = threading.Lock()
         self._synchronous = True  # the connection is opened with synchronous=FULL
+        self._empty = False  # read-only, of a database a writer created and died before its schema
         self.commits = 0
         self.syncs = 0
 
@@ -173,15 +175,19 @@ class JournalFile:
     @classmethod
     def open_reader(cls, path: Path) -> JournalFile:
         """Open an existing journal read-only (no lock: a live writer may keep writing)."""
-        if not path.is_file():
-            raise JournalUnavailable(path, "no such journal file")
-        db = connect(path, f"file:{quote(path)}?mode=ro")
+        check_regular(path)
         try:
-            check_header(path, db)
-        except BaseException:
-            db.close()
-            raise
-        return cls(path, db, None)
+            db, empty = _open_checked(path, f"file:{quote(path)}?mode=ro")
+        except JournalUnavailable:
+            # Reading a WAL file takes a `-shm` file beside it, which a read-only folder refuses.
+            # Without a `-wal` file no writer has it open (a writer keeps one), so the file is all
+            # there is, and SQLite may read it as immutable, creating nothing.
+            if os.path.exists(f"{path}-wal"):
+                raise
+            db, empty = _open_checked(path, f"file:{quote(path)}?mode=ro&immutable=1")
+        file = cls(path, db, None)
+        file._empty = empty
+        return file
 
     def close(self) -> None:
         with self._lock:
@@ -242,6 +248,8 @@ class JournalFile:
 
     def runs(self) -> tuple[RunInfo, ...]:
         """Every run, oldest first."""
+        if self._empty:
+            return ()
         rows = self._query(
             "SELECT r.run_id, r.saga, r.status, r.created, r.updated, r.recoveries,"
             " (SELECT count(*) FROM events e WHERE e.run_no = r.run_no)"
@@ -279,8 +287,11 @@ class JournalFile:
             return self._read_run(run_id)
 
     def _read_run(self, run_id: str) -> StoredRun:
+        if self._empty:
+            raise KeyError(run_id)
         found = self._execute("SELECT run_no, saga, status, steps FROM runs WHERE run_id = ?", (run_id,))
         if not found:
+            check_integrity(self.path, self._db)  # a damaged index finds nothing either: say which
             raise KeyError(run_id)
         run_no, saga, status, steps = found[0]
         events = self._execute("SELECT seq, body FROM events WHERE run_no = ? ORDER BY seq", (run_no,))
@@ -314,9 +325,21 @@ def _status(path: Path, run_id: object, value: object) -> SagaStatus:
         raise JournalCorrupt(path, f"unknown status {value!r}", record=f"run {run_id}") from None
 
 
+def _open_checked(path: Path, uri: str) -> tuple[sqlite3.Connection, bool]:
+    """A connection to `uri` whose header `check_header` accepted, and whether the database is empty."""
+    db = connect(path, uri)
+    try:
+        return db, check_header(path, db)
+    except BaseException:
+        db.close()
+        raise
+
+
 @contextlib.contextmanager
 def reading(path: Path | str) -> Iterator[JournalFile]:
     """``with reading(path) as file:`` a read-only view, closed afterwards."""
+    if os.fspath(path) == "":  # Path("") is ".": the error would name the current folder
+        raise JournalUnavailable(path, "empty path: name the journal file")
     file = JournalFile.open_reader(Path(path))
     try:
         yield file
