@@ -220,3 +220,14 @@ def test_state_is_one_snapshot_even_when_another_connection_commits_between_its_
     assert ([b.id for b in after.flights], [c.id for c in after.charges]) == (["FL-0001"], ["CH-0001"])
     reader.close()
     writer.close()
+
+
+def test_a_ledger_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """It keeps cards' last digits, as a journal keeps step arguments: 0600, as journals are."""
+    path = tmp_path / "ledger.db"
+    ledger = Ledger(path)
+    ledger.charge(55500, "4242", idempotency_key="k/0")
+    modes = {file.name: file.stat().st_mode & 0o777 for file in tmp_path.iterdir()}
+    ledger.close()
+
+    assert modes == {"ledger.db": 0o600, "ledger.db-wal": 0o600, "ledger.db-shm": 0o600}

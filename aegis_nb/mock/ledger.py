@@ -9,10 +9,11 @@ key, so a booking that arrives late (the in-doubt case) is refused instead of le
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from aegis_nb.kernel.errors import AegisError
@@ -86,6 +87,11 @@ class Ledger:
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path is None else Path(path)
         target = ":memory:" if self.path is None else str(self.path)
+        if self.path is not None:
+            # It keeps cards' last digits: readable by its owner only, as journals are. SQLite gives
+            # its -wal and -shm files the same mode.
+            with contextlib.suppress(OSError):  # it exists, or its folder does not (said below)
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
         # Autocommit mode with explicit BEGIN IMMEDIATE: each call is one write transaction, and two
         # processes sharing a file serialize instead of racing.
         # A missing folder or a file that is not SQLite fails here: say which file, in one line.
@@ -117,7 +123,7 @@ class Ledger:
     def close(self) -> None:
         self._db.close()
 
-    @contextmanager
+    @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """One read transaction: every SELECT in it sees the same snapshot, even with another process
         writing the file between them (WAL keeps the snapshot the first SELECT took)."""
@@ -128,7 +134,7 @@ class Ledger:
             finally:
                 self._db.execute("COMMIT")
 
-    @contextmanager
+    @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
