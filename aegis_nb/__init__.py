@@ -99,7 +99,11 @@ def __getattr__(name: str) -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext aegis_nb``: register the magics and the notebook display of runs."""
-    from aegis_nb.notebook.extension import load_ipython_extension as load
+    from aegis_nb.kernel.extras import needs_extra
+
+    # The magics need IPython and ipywidgets, and mcp for their mock tools: one extra names them all.
+    with needs_extra("notebook", "%load_ext aegis_nb (the saga magics)"):
+        from aegis_nb.notebook.extension import load_ipython_extension as load
 
     load(ipython)
 

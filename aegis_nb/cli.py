@@ -17,7 +17,10 @@ Command = Callable[[argparse.Namespace], int]
 def _demo(args: argparse.Namespace) -> int:
     import anyio
 
-    from aegis_nb.demo import run_demo
+    from aegis_nb.kernel.extras import needs_extra
+
+    with needs_extra("mcp", "the travel-agency demo"):
+        from aegis_nb.demo import run_demo
 
     anyio.run(run_demo)
     return 0
@@ -68,7 +71,10 @@ def _load(command: str, spec: str, what: str, wanted: Callable[[Any], bool]) -> 
 
 def _load_app(spec: str) -> Any:
     """``module:attribute`` -> the MCP server it names (a factory is called with no arguments)."""
-    from mcp.server.mcpserver import MCPServer
+    from aegis_nb.kernel.extras import needs_extra
+
+    with needs_extra("mcp", "serving an MCP app"):
+        from mcp.server.mcpserver import MCPServer
 
     app = _load("serve", spec, "a server", lambda app: isinstance(app, MCPServer))
     if not isinstance(app, MCPServer):
@@ -301,13 +307,17 @@ def _add_transport_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aegis-nb", description="Sagas for MCP agents, notebook first.")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="run the travel-agency saga: success, declined card, timeout")
+    demo = commands.add_parser(
+        "demo", help="run the travel-agency saga: success, declined card, timeout (mcp extra)"
+    )
     demo.set_defaults(handler=_demo)
-    serve = commands.add_parser("serve", help="serve an MCP server (an AegisMCP app) given as module:app")
+    serve = commands.add_parser(
+        "serve", help="serve an MCP server (an AegisMCP app) given as module:app (mcp extra)"
+    )
     serve.add_argument("app", help="module:attribute naming the server, or a function returning one")
     _add_transport_options(serve)
     serve.set_defaults(handler=_serve)
-    mock = commands.add_parser("mock", help="serve the mock travel agency (flights, hotels, card)")
+    mock = commands.add_parser("mock", help="serve the mock travel agency (flights, hotels, card; mcp extra)")
     mock.add_argument("--ledger", help="SQLite file for the ledger (default: in memory)")
     mock.add_argument("--faults", help='fault plan as JSON, e.g. \'{"charge_card": {"declined": true}}\'')
     _add_transport_options(mock)
@@ -326,8 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Command = args.handler
+    from aegis_nb.kernel.extras import MissingExtra
+
     try:
         return handler(args)
+    except MissingExtra as exc:
+        # The command needs an extra that is not installed: the pip line is all the user needs.
+        print(f"aegis-nb {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         # Ctrl-C is how a server is stopped and a demo cut short: by then the saga in flight has
         # rolled back, so a traceback would only hide that. 130 is the shell's code for SIGINT.

@@ -1,4 +1,62 @@
-"""Import alias: the AegisMCP documentation's import paths, served by `aegis_nb`. Re-exports only."""
+"""Import alias: the AegisMCP documentation's import paths, served by `aegis_nb`. Re-exports only.
 
-from aegis_nb import *  # noqa: F403
+Not ``from aegis_nb import *``: that would load `AegisMCP` and the views at once, so that even
+``from aegismcp.kernel.context import AegisContext`` would need every extra. The names that need an
+extra load on first use here too, through `aegis_nb`'s own ``__getattr__``.
+"""
+
+from aegis_nb import (  # noqa: F401  (re-exported through __all__)
+    AegisContext,
+    AegisError,
+    CompensationFailed,
+    CompensationFailure,
+    CompensationStarted,
+    CompensationSucceeded,
+    ErrorInfo,
+    FailureKind,
+    FunctionStep,
+    InMemoryJournal,
+    Journal,
+    JournalCorrupt,
+    JournalError,
+    JournalInUse,
+    JournalTooNew,
+    JournalTooOld,
+    JournalUnavailable,
+    RecoveryIncomplete,
+    RetryPolicy,
+    SagaCommitted,
+    SagaCompensated,
+    SagaCompensationFailed,
+    SagaDefinitionError,
+    SagaEvent,
+    SagaFailed,
+    SagaReport,
+    SagaRolledBack,
+    SagaRun,
+    SagaStarted,
+    SagaStatus,
+    SagaStuck,
+    Secret,
+    ServerUnreachable,
+    Sink,
+    SqliteJournal,
+    Step,
+    StepFailed,
+    StepNotRecoverable,
+    StepResultError,
+    StepStarted,
+    StepSucceeded,
+    StepTimedOut,
+    ToolError,
+    ToolExecutor,
+    ToolTimeoutError,
+    WorkflowEngine,
+    __version__,
+    describe,
+    read_events,
+    read_runs,
+    step,
+)
 from aegis_nb import __all__ as __all__
+from aegis_nb import __getattr__ as __getattr__

@@ -101,3 +101,16 @@ def test_aegismcp_alias_exposes_the_documented_names() -> None:
     assert AegisContext is aegis_nb.AegisContext
     assert AegisMCP is aegis_nb.AegisMCP
     assert (SagaRolledBack, ToolTimeoutError) == (aegis_nb.SagaRolledBack, aegis_nb.ToolTimeoutError)
+
+
+def test_importing_aegis_nb_prints_nothing_starts_no_thread_and_configures_no_logging() -> None:
+    code = (
+        "import logging, sys, threading\n"
+        "import aegis_nb, aegismcp\n"
+        "loggers = [l for l in logging.Logger.manager.loggerDict.values() if isinstance(l, logging.Logger)]\n"
+        "configured = [l.name for l in loggers if l.handlers or l.level]\n"
+        "root = logging.getLogger()\n"
+        "print(threading.active_count(), root.handlers, root.level == logging.WARNING, configured)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (result.stdout, result.stderr) == ("1 [] True []\n", "")

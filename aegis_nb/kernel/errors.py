@@ -7,6 +7,8 @@
      ├── ToolError                                     an MCP tool call came back with is_error;
      │                                                 `refused`: the tool said it did not act
      ├── ServerUnreachable         (also ConnectionError) an MCP or Temporal server could not be reached
+     ├── MissingExtra              (also ModuleNotFoundError, in kernel.extras) a part needs an extra:
+     │                                                 the message gives the pip line
      └── SagaFailed                                    a saga did not commit; carries a SagaReport
           ├── SagaRolledBack                           every completed step was compensated
           └── SagaCompensationFailed                   some compensation still failed: see report

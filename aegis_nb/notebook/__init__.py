@@ -5,12 +5,16 @@ Importing it imports ipywidgets (the ``notebook`` extra) but shows nothing and r
 display as diagrams.
 """
 
-from aegis_nb.notebook.coalesce import Coalescer, LoopScheduler, Scheduler
-from aegis_nb.notebook.display import register_display, run_bundle, unregister_display
-from aegis_nb.notebook.live import LiveView
-from aegis_nb.notebook.replay import ReplayView
-from aegis_nb.notebook.static import GraphView, MermaidView, SagaDiagram, static_bundle
-from aegis_nb.notebook.surface import JupyterSurface, NullSurface, Surface
+from aegis_nb.kernel.extras import needs_extra
+
+with needs_extra("notebook", "aegis_nb.notebook (LiveView, ReplayView, SagaDiagram)"):
+    from aegis_nb.notebook.coalesce import Coalescer, LoopScheduler, Scheduler
+    from aegis_nb.notebook.display import register_display, run_bundle, unregister_display
+    from aegis_nb.notebook.live import LiveView
+    from aegis_nb.notebook.replay import ReplayView
+    from aegis_nb.notebook.static import GraphView, MermaidView, SagaDiagram, static_bundle
+    from aegis_nb.notebook.surface import JupyterSurface, NullSurface, Surface
+
 
 __all__ = [
     "Coalescer",

@@ -14,21 +14,25 @@ enter Temporal's history. Deadlines travel as the time left (see `plan`).
 Nothing here is imported by ``aegis_nb``: ``import aegis_nb.temporal`` needs the `temporal` extra.
 """
 
-from aegis_nb.temporal.client import (
-    DEFAULT_HEARTBEAT_TIMEOUT,
-    SagaCancelled,
-    TemporalSagaHandle,
-    TemporalSagaRunner,
-)
-from aegis_nb.temporal.names import (
-    COMPENSATE_ACTIVITY,
-    EVENTS_QUERY,
-    EXECUTE_ACTIVITY,
-    OUTCOME_MEMO,
-    WORKFLOW_NAME,
-)
-from aegis_nb.temporal.worker import PASSED_THROUGH, saga_worker
-from aegis_nb.temporal.workflow import SagaWorkflow
+from aegis_nb.kernel.extras import needs_extra
+
+with needs_extra("temporal", "aegis_nb.temporal (sagas on Temporal)"):
+    from aegis_nb.temporal.client import (
+        DEFAULT_HEARTBEAT_TIMEOUT,
+        SagaCancelled,
+        TemporalSagaHandle,
+        TemporalSagaRunner,
+    )
+    from aegis_nb.temporal.names import (
+        COMPENSATE_ACTIVITY,
+        EVENTS_QUERY,
+        EXECUTE_ACTIVITY,
+        OUTCOME_MEMO,
+        WORKFLOW_NAME,
+    )
+    from aegis_nb.temporal.worker import PASSED_THROUGH, saga_worker
+    from aegis_nb.temporal.workflow import SagaWorkflow
+
 
 __all__ = [
     "COMPENSATE_ACTIVITY",
