@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, ToolError
@@ -125,6 +125,24 @@ async def test_a_workflow_is_a_tool_with_an_input_and_output_schema() -> None:
         },
         "required": ["status", "run_id", "metadata", "steps", "duration_ms"],
     }
+
+
+async def test_a_workflow_publishes_its_title_and_annotations_as_a_tool_does() -> None:
+    app = AegisMCP("travel")
+    hints = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True)
+
+    @app.workflow("book", title="Book a trip", description="Fly, stay, pay.", annotations=hints)
+    async def book(ctx: AegisContext) -> AegisContext:
+        return ctx
+
+    async with Client(app) as client:
+        (tool,) = (await client.list_tools()).tools
+    assert (tool.name, tool.title, tool.description, tool.annotations) == (
+        "book",
+        "Book a trip",
+        "Fly, stay, pay.",
+        hints,
+    )
 
 
 async def test_a_committed_workflow_returns_structured_content_without_secrets() -> None:

@@ -14,7 +14,6 @@ raise `aegis_nb.kernel.errors.ToolError` to refuse a call in their own words.
 from __future__ import annotations
 
 import enum
-import functools
 import inspect
 import io
 import math
@@ -41,7 +40,7 @@ from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_life
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.recorder import Journal
-from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline
+from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline, too_late
 from aegis_nb.server.progress import RequestObserver, progress_sender
 from aegis_nb.server.results import (
     committed_result,
@@ -50,7 +49,7 @@ from aegis_nb.server.results import (
     timed_out_result,
     workflow_output_schema,
 )
-from aegis_nb.server.routing import Observing
+from aegis_nb.server.routing import Observing, in_a_clean_slate
 from aegis_nb.server.sdklogging import root_logger_kept
 from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
 
@@ -138,11 +137,13 @@ class AegisMCP(MCPServer[Any]):
         timeout: float | None = _UNSET,
         title: str | None = None,
         description: str | None = None,
+        annotations: ToolAnnotations | None = None,
     ) -> Callable[[F], F]:
         """Register ``async def fn(ctx, ...)`` as the MCP tool `name`; returns `fn` unchanged.
 
         `timeout` (seconds, None for none) overrides the server's `workflow_timeout`. A later parameter
         annotated with the SDK's `Context` receives the request's, as a tool's does (not an argument).
+        `title`, `description` and `annotations` (MCP's hints to clients) are published as a tool's.
         """
         if callable(name):
             raise TypeError("use @app.workflow() or @app.workflow('name'), not a bare @app.workflow")
@@ -188,6 +189,7 @@ class AegisMCP(MCPServer[Any]):
                 name=workflow_name,
                 title=title,
                 description=description or inspect.getdoc(fn) or f"Saga workflow {workflow_name}.",
+                annotations=annotations,
                 structured_output=True,
             )
             # Publish WorkflowResult's schema, flattened (see workflow_output_schema). The runner builds
@@ -220,7 +222,7 @@ class AegisMCP(MCPServer[Any]):
             if deadline <= started:
                 # Refused here, before the workflow's code runs: past this point, what it did is in
                 # doubt even when what then times out had no time left (a second saga, say).
-                return error_result(_too_late(spec.name, deadline - started), refused=True)
+                return error_result(too_late(spec.name, deadline - started), refused=True)
             ctx = AegisContext(deadline=deadline)
             report = progress_sender(request)
             if report is None:
@@ -289,7 +291,7 @@ class AegisMCP(MCPServer[Any]):
             )
         if getattr(fn, "_aegis_wrapped", False) or not inspect.iscoroutinefunction(fn):
             if not inspect.iscoroutinefunction(fn) and (inspect.isfunction(fn) or inspect.ismethod(fn)):
-                fn = _in_a_clean_slate(fn, tool_name)  # a sync tool (ours are wrapped already)
+                fn = in_a_clean_slate(fn, tool_name)  # a sync tool (ours are wrapped already)
             super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
             return
         runner = self._tool_runner(fn, tool_name)
@@ -323,7 +325,7 @@ class AegisMCP(MCPServer[Any]):
                 return error_result(str(exc), refused=True)
             if deadline <= now:
                 # Refused before the tool runs; a timeout from inside it is in doubt (timed_out_result).
-                return error_result(_too_late(tool_name, deadline - now), refused=True)
+                return error_result(too_late(tool_name, deadline - now), refused=True)
             # A clean slate (see aegis_nb.server.routing): called in-process from another server's
             # workflow step, the tool runs in that caller's context, and the sagas it runs must not
             # be reported to the caller's request. They are named after the tool.
@@ -372,22 +374,6 @@ class AegisMCP(MCPServer[Any]):
             anyio.run(lambda: self.run_streamable_http_async(host=host, port=port), backend="asyncio")
 
 
-def _in_a_clean_slate(fn: Callable[..., Any], tool_name: str) -> Callable[..., Any]:
-    """A sync tool that, in its worker thread (a copy of the caller's context), runs its sagas for no
-    request and names them after itself, as async tools do (see aegis_nb.server.routing).
-
-    `functools.wraps` keeps what the SDK reads: the signature, the annotations (resolved in `fn`'s
-    own module), the name and the docstring.
-    """
-
-    @functools.wraps(fn)
-    def run_tool(*args: Any, **kwargs: Any) -> Any:
-        with Observing(None, tool_name):
-            return fn(*args, **kwargs)
-
-    return run_tool
-
-
 def _transport(value: Transport | str) -> Transport:
     if isinstance(value, Transport):
         return value
@@ -405,8 +391,3 @@ def _secrets(events: list[SagaEvent]) -> tuple[str, ...]:
         if isinstance(context, AegisContext):
             found.extend(context.secret_values())
     return tuple(found)
-
-
-def _too_late(name: str, budget: float) -> str:
-    """Why a call whose deadline had passed when it arrived was refused (nothing of it ran)."""
-    return str(ToolTimeoutError(name, budget, "; it was not run"))

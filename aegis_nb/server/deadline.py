@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import anyio
 
-from aegis_nb.kernel.errors import AegisError
+from aegis_nb.kernel.errors import AegisError, ToolTimeoutError
 
 TIMEOUT_META_KEY: Final = "aegis-nb/timeoutMs"
 """``_meta`` key of a ``tools/call`` request: milliseconds the client will wait (a positive number)."""
@@ -58,3 +58,8 @@ def check_timeout(timeout: float | None, what: str) -> float | None:
         return float(timeout)
     except OverflowError:
         raise ValueError(f"{what} must be positive seconds or None, got {timeout!r}") from None
+
+
+def too_late(name: str, budget: float) -> str:
+    """Why a call whose deadline had passed when it arrived was refused (nothing of it ran)."""
+    return str(ToolTimeoutError(name, budget, "; it was not run"))

@@ -13,8 +13,10 @@ sagas would be reported (as progress, run id and steps) to the caller's client.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextvars import Token
+from typing import Any
 
 from aegis_nb.saga.engine import run_observers, saga_name
 from aegis_nb.saga.events import SagaEvent
@@ -45,3 +47,19 @@ class Observing:
     def __exit__(self, *exc_info: object) -> None:
         saga_name.reset(self._name_token)
         run_observers.reset(self._token)
+
+
+def in_a_clean_slate(fn: Callable[..., Any], tool_name: str) -> Callable[..., Any]:
+    """A sync tool that, in its worker thread (a copy of the caller's context), runs its sagas for no
+    request and names them after itself, as async tools do (see above).
+
+    `functools.wraps` keeps what the SDK reads: the signature, the annotations (resolved in `fn`'s
+    own module), the name and the docstring.
+    """
+
+    @functools.wraps(fn)
+    def run_tool(*args: Any, **kwargs: Any) -> Any:
+        with Observing(None, tool_name):
+            return fn(*args, **kwargs)
+
+    return run_tool
