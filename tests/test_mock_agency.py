@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from mcp import Client
+from mcp.types import TextContent
 
 from aegis_nb.kernel.errors import ToolError
 from aegis_nb.mock import (
@@ -14,6 +16,7 @@ from aegis_nb.mock import (
     ToolFaults,
     TravelAgency,
 )
+from aegis_nb.mock.travel import travel_app
 
 pytestmark = pytest.mark.anyio
 
@@ -145,6 +148,40 @@ async def test_a_malformed_card_number_is_refused_in_one_line_that_does_not_repe
         True,  # nothing was charged: a saga owes no refund
     )
     assert card_schema["card_number"]["pattern"] == "^[0-9]{12,19}$"  # still published for clients
+    assert agency.state().is_empty
+
+
+@pytest.mark.parametrize(
+    ("sent", "kind"), [(int(CARD), "a number"), ([CARD], "an array"), ({"number": CARD}, "an object")]
+)
+async def test_a_card_number_of_another_json_type_is_refused_without_repeating_it(
+    sent: object, kind: str
+) -> None:
+    # Typed `str`, pydantic's error would hold the full number: "input_value=4242424242424242".
+    agency = TravelAgency()
+    async with agency.connect() as session:
+        with pytest.raises(ToolError) as bad:
+            await session.call_tool("charge_card", {"amount_cents": 100, "card_number": sent})
+    assert (bad.value.message, bad.value.refused) == (
+        f"a card number is a string of 12 to 19 digits, got {kind}",
+        True,
+    )
+    assert agency.state().is_empty
+
+
+async def test_the_travel_agent_refuses_a_card_number_sent_as_a_number_without_repeating_it() -> None:
+    agency = TravelAgency()
+    async with Client(travel_app(agency)) as client:
+        result = await client.call_tool(
+            "book_trip", {"destination": "Lisbon", "nights": 2, "card_number": int(CARD)}
+        )
+    assert (result.is_error, [c.text for c in result.content if isinstance(c, TextContent)]) == (
+        True,
+        [
+            "workflow 'book_trip' failed: ToolError:"
+            " a card number is a string of 12 to 19 digits, got a number"
+        ],
+    )
     assert agency.state().is_empty
 
 

@@ -187,6 +187,23 @@ async def test_the_card_number_never_reaches_events_or_reports() -> None:
     assert CARD not in repr(failure.value.report.to_json())
 
 
+async def test_a_card_number_passed_as_a_number_never_reaches_the_report() -> None:
+    events = EventCapture()
+    async with TravelAgency().connect() as session:
+        card = ToolPairStep(
+            session,
+            "charge_card",
+            "refund_card",
+            arguments=lambda ctx: {"amount_cents": 1, "card_number": int(CARD)},
+        )
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga([card], AegisContext(), sinks=[events])
+    assert failure.value.report.summary() == (
+        "a card number is a string of 12 to 19 digits, got a number — rolled back: nothing to undo"
+    )
+    assert CARD not in repr(events.events)
+
+
 async def test_default_undo_arguments_are_the_idempotency_key() -> None:
     agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(declined=True)}))
     async with agency.connect() as session:

@@ -18,10 +18,10 @@ import re
 import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, NotRequired, cast
+from typing import Annotated, Any, NotRequired, TypeGuard, cast
 
 import anyio
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 from typing_extensions import TypedDict
 
 from aegis_nb.kernel.errors import ToolError
@@ -37,12 +37,29 @@ DECLINED_TEST_CARD = "4000000000000002"
 Key = Annotated[str, Field(description="Makes retries safe: the same key returns the same result.")]
 UndoKey = Annotated[str, Field(description="Undo what was done under this idempotency key instead.")]
 UndoId = Annotated[str, Field(description="The id the booking tool returned.")]
-# The pattern is published for clients but checked in the tool: pydantic's error would repeat the
-# card number to the caller, and into a saga's failure report, over four lines.
+# Published as a patterned string but accepted as any JSON value and checked in the tool: pydantic's
+# error for a mismatch, a number or a list would repeat the card number to the caller, and into a
+# saga's failure report, over four lines.
 CardNumber = Annotated[
-    str, Field(description="12 to 19 digits, no spaces.", json_schema_extra={"pattern": r"^[0-9]{12,19}$"})
+    object,
+    Field(description="12 to 19 digits, no spaces."),
+    WithJsonSchema({"type": "string", "pattern": r"^[0-9]{12,19}$"}),
 ]
 _CARD_NUMBER = re.compile(r"[0-9]{12,19}")
+_JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}
+
+
+def is_card_number(value: object) -> TypeGuard[str]:
+    """Whether `value` is a card number the agency can charge: a string of 12 to 19 digits."""
+    return isinstance(value, str) and _CARD_NUMBER.fullmatch(value) is not None
+
+
+def card_number_problem(value: object) -> str:
+    """Why `value` is not a card number, in words that never repeat it."""
+    if isinstance(value, str):
+        return f"a card number is 12 to 19 digits, no spaces, got {len(value)} characters"
+    kind = "null" if value is None else _JSON_TYPES.get(type(value), type(value).__name__)
+    return f"a card number is a string of 12 to 19 digits, got {kind}"
 
 
 class FlightOffer(TypedDict):
@@ -246,11 +263,8 @@ class TravelAgency:
             idempotency_key: Key = "",
         ) -> ChargeResult:
             """Charge `amount_cents` to a card; only its last four digits are kept."""
-            if not _CARD_NUMBER.fullmatch(card_number):
-                raise ToolError(
-                    "charge_card",
-                    f"a card number is 12 to 19 digits, no spaces, got {len(card_number)} characters",
-                )
+            if not is_card_number(card_number):
+                raise ToolError("charge_card", card_number_problem(card_number))
             await agency._before("charge_card")
             if card_number == DECLINED_TEST_CARD:
                 raise ToolError("charge_card", DECLINED)

@@ -15,7 +15,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.errors import ToolError
 from aegis_nb.kernel.values import Secret
+from aegis_nb.mock.agency import CardNumber, card_number_problem
 from aegis_nb.saga.definition import SagaEntry
 from aegis_nb.saga.durable.journal import SqliteJournal
 from aegis_nb.saga.engine import WorkflowEngine
@@ -154,8 +156,12 @@ def travel_app(
     )
 
     @app.workflow("book_trip")
-    async def book_trip(ctx: AegisContext, destination: str, nights: int, card_number: str) -> AegisContext:
+    async def book_trip(
+        ctx: AegisContext, destination: str, nights: int, card_number: CardNumber
+    ) -> AegisContext:
         """Fly to `destination`, stay `nights` nights and pay by card; all undone if any step fails."""
+        if not isinstance(card_number, str):  # typed loosely so that pydantic cannot repeat it
+            raise ToolError("book_trip", card_number_problem(card_number))
         return await app.workflow_engine.execute_saga(
             trip(steps, destination, nights), ctx.with_metadata({CARD_KEY: Secret(card_number)})
         )
