@@ -13,8 +13,10 @@
           ├── SagaRolledBack                           every completed step was compensated
           └── SagaCompensationFailed                   some compensation still failed: see report
 
-`SagaFailed` errors chain the forward failure as ``__cause__``. Retrying a saga is only safe after
-`SagaRolledBack`; `SagaCompensationFailed` says which steps were left standing and need a person.
+`SagaFailed` errors chain the forward failure as ``__cause__`` (or, when its text or its chain held
+a secret, a `ScrubbedError` standing in for it: see `report.scrubbed_cause`). Retrying a saga is only
+safe after `SagaRolledBack`; `SagaCompensationFailed` says which steps were left standing and need a
+person.
 """
 
 from __future__ import annotations

@@ -146,6 +146,45 @@ def exception_text(exc: BaseException) -> str:
         return f"<{type(exc).__name__}: str() failed>"
 
 
+class ScrubbedError(Exception):
+    """Stands in, as a saga error's ``__cause__``, for an error whose text (or chain) held a secret.
+
+    Its message is the original's type and scrubbed text; it keeps the original's traceback (where
+    it was raised: source lines, not values) but not its chain, which may hold the secret too.
+    """
+
+    def __init__(self, original: BaseException, secrets: Iterable[str]) -> None:
+        super().__init__(f"{type(original).__name__}: {scrub(exception_text(original), secrets)}")
+        self.original_type = type(original).__name__
+        self.__traceback__ = original.__traceback__
+        self.__suppress_context__ = True
+
+
+def scrubbed_cause(exc: BaseException, secrets: Iterable[str]) -> BaseException:
+    """`exc` to chain under a saga error: itself, unless its text or its chain's holds a secret.
+
+    A rendered traceback follows ``__cause__`` and ``__context__``: an unscrubbed original there
+    would show a revealed `Secret` the report took care to hide.
+    """
+    secrets = [secret for secret in secrets if secret]
+    if not secrets:
+        return exc
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        text = exception_text(error)
+        if scrub(text, secrets) != text:
+            return ScrubbedError(exc, secrets)
+        pending += [error.__cause__, error.__context__]
+        if isinstance(error, BaseExceptionGroup):
+            pending += error.exceptions
+    return exc
+
+
 def scrub(text: str, secrets: Iterable[str]) -> str:
     r"""`text` with every secret value replaced by ``***``, as written and as escaped.
 

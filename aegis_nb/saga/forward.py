@@ -32,6 +32,7 @@ from aegis_nb.kernel.report import (
     FailureKind,
     SagaReport,
     SagaStatus,
+    scrubbed_cause,
 )
 from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.definition import StepSpec
@@ -206,7 +207,7 @@ class Forward:
             raise exc
         error_type = SagaCompensationFailed if report.compensation_failures else SagaRolledBack
         error: SagaFailed = error_type(report)
-        error.__cause__ = exc
+        error.__cause__ = scrubbed_cause(exc, secrets)
         return SagaRun(tuple(self.recorder.events), None, error, report)
 
     async def _roll_back(
