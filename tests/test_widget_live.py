@@ -13,6 +13,7 @@ import pytest
 
 from aegis_nb.diagram import fold, render_svg, render_text
 from aegis_nb.kernel.context import AegisContext
+from aegis_nb.kernel.report import ScrubbedError
 from aegis_nb.kernel.values import Secret
 from aegis_nb.notebook import (
     Coalescer,
@@ -269,7 +270,9 @@ async def test_secrets_never_reach_the_widget_or_the_static_bundle() -> None:
     run = await WorkflowEngine().run_saga([Step("A"), Step("Leak", fail=True)], ctx, sinks=[view])
     view.flush()
     assert run.error is not None
-    assert token in str(run.error.__cause__)  # the step really did put it in its error
+    # The step really did put it in its error: the engine chained a scrubbed stand-in instead.
+    assert isinstance(run.error.__cause__, ScrubbedError)
+    assert token not in str(run.error.__cause__)
     html = view._html.value
     assert "***" in html
     assert token not in html
