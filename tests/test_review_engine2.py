@@ -163,16 +163,19 @@ class LosesTheCommit(InMemoryJournal):
         await super().append(event)
 
 
+BOTH_DONE_THEN_UNDONE = [
+    ("execute", "flight"),
+    ("execute", "hotel"),
+    ("compensate", "hotel"),
+    ("compensate", "flight"),
+]
+
+
 async def test_a_commit_the_journal_could_not_write_is_rolled_back() -> None:
     calls, capture, journal = Calls(), EventCapture(), LosesTheCommit("error")
     engine = WorkflowEngine(journal=journal, sinks=[capture])
     run = await engine.run_saga([Recorded("flight", calls), Recorded("hotel", calls)])
-    assert calls.trail() == [
-        ("execute", "flight"),
-        ("execute", "hotel"),
-        ("compensate", "hotel"),
-        ("compensate", "flight"),
-    ]
+    assert calls.trail() == BOTH_DONE_THEN_UNDONE
     assert capture.trail() == COMMIT_LOST_TRAIL
     assert journal.events(run.run_id) == run.events == tuple(capture.events)
     assert (run.report.succeeded, run.report.failed_step, run.report.failure_kind) == (
@@ -195,12 +198,7 @@ async def test_a_cancellation_that_cuts_off_the_commit_write_rolls_back_then_pro
             [Recorded("flight", calls), Recorded("hotel", calls)]
         )
     assert scope.cancelled_caught
-    assert calls.trail() == [
-        ("execute", "flight"),
-        ("execute", "hotel"),
-        ("compensate", "hotel"),
-        ("compensate", "flight"),
-    ]
+    assert calls.trail() == BOTH_DONE_THEN_UNDONE
     assert capture.trail() == COMMIT_LOST_TRAIL
     report = capture.events[-1].report  # type: ignore[union-attr]
     assert (report.status, report.failed_step, report.failure_kind) == (

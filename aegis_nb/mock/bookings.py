@@ -8,6 +8,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from aegis_nb.mock.ledgertext import LedgerTable, ledger_summary
+
 
 class BookingKind(enum.Enum):
     FLIGHT = "flight"
@@ -107,14 +109,10 @@ class LedgerState:
 
     def summary(self) -> str:
         """``1 flight, 1 hotel, 1 charge (€555.00 held)``, or ``empty``."""
-        from aegis_nb.mock.ledgertext import ledger_summary
-
         return ledger_summary(self)
 
     def _repr_html_(self) -> str:
         """In a notebook, the live bookings and charges as a table."""
-        from aegis_nb.mock.ledgertext import LedgerTable
-
         return LedgerTable(self)._repr_html_()
 
     def to_json(self) -> dict[str, object]:
