@@ -225,5 +225,14 @@ def sqlite_error(path: Path, exc: sqlite3.Error, doing: str) -> JournalError:
     if code == sqlite3.SQLITE_FULL:
         return JournalUnavailable(path, f"{doing} the journal: the disk is full ({text})")
     if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
-        return JournalUnavailable(path, f"{doing} the journal: not writable here ({text})")
+        return JournalUnavailable(path, f"{doing} the journal: {_access_problem(path)} ({text})")
     return JournalUnavailable(path, f"{doing} the journal ({text})")
+
+
+def _access_problem(path: Path) -> str:
+    """What keeps this process from a journal SQLite could not open or write.
+
+    SQLite says "unable to open database file" alike for a file this user may not read and for one
+    it may read but not write (or whose folder refuses the files SQLite keeps beside it).
+    """
+    return "not writable here" if os.access(path, os.R_OK) else "not readable here, permission denied"
