@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,6 +26,10 @@ def loaded_shell(*cells: str) -> Iterator[InteractiveShell]:
         yield shell
     finally:
         InteractiveShell.clear_instance()
+        # Every shell registers its exit clean-up with atexit, which kept it (and all its cells
+        # made) alive to the end of the run, then ran a full garbage collection for each one as
+        # pytest exited: a minute or more of a run spent after its last test.
+        atexit.unregister(shell.atexit_operations)
 
 
 def ok(shell: InteractiveShell, cell: str) -> ExecutionResult:

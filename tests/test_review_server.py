@@ -33,12 +33,17 @@ def measured(text: str) -> str:
     return re.sub(r"budget \d+\.\d ms", "budget N ms", text)
 
 
-def bank(ledger: dict[str, str], *, tool_timeout: float) -> AegisMCP:
-    """A charge that takes effect and then never answers, under the server's own tool deadline."""
+def bank(ledger: dict[str, str], *, tool_timeout: float, starts: list[float] | None = None) -> AegisMCP:
+    """A charge that takes effect and then never answers, under the server's own tool deadline.
+
+    Each charge appends the loop clock's reading as it starts to `starts`, if given.
+    """
     app = AegisMCP("bank", tool_timeout=tool_timeout)
 
     @app.tool()
     async def charge(idempotency_key: str = "") -> dict[str, Any]:
+        if starts is not None:
+            starts.append(anyio.current_time())
         ledger[idempotency_key] = "charged"
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
@@ -69,17 +74,20 @@ async def test_a_tool_the_server_stops_at_its_deadline_after_acting_is_compensat
 
 async def test_a_timed_out_tool_result_is_marked_in_doubt_and_a_refused_one_is_not() -> None:
     ledger: dict[str, str] = {}
-    app = bank(ledger, tool_timeout=0.1)
+    starts: list[float] = []
+    app = bank(ledger, tool_timeout=0.1, starts=starts)
     async with Client(app) as client:
+        sent = anyio.current_time()
         timed_out = await client.call_tool("charge", {"idempotency_key": "k"})
         never_started = await client.call_tool(
             "charge", {"idempotency_key": "late"}, meta={TIMEOUT_META_KEY: 1e-300}
         )
     assert timed_out.meta is not None
     assert never_started.meta is not None
-    # The budget runs from the request's arrival; the tool started a little later.
+    # The budget runs from the request's arrival (after `sent`) to the tool's start (before it read
+    # the clock): the tool timeout less the time in between, which a loaded machine can stretch.
     budget = timed_out.meta[TIMED_OUT_META_KEY]
-    assert 99 < budget <= 100
+    assert round((0.1 - (starts[0] - sent)) * 1000, 3) <= budget <= 100
     assert timed_out == CallToolResult(content=timed_out.content, is_error=True, _meta=timed_out.meta)
     assert [measured(block.text) for block in timed_out.content if isinstance(block, TextContent)] == [
         "step 'charge' exceeded its deadline (budget N ms)"

@@ -142,7 +142,12 @@ async def test_elicitation(message: str, ctx: Context[Any, Any]) -> str:
 async def test_sampling(prompt: str, ctx: Context[Any, Any]) -> str:
     """Tests server-initiated sampling (LLM completion request)"""
     message = SamplingMessage(role="user", content=TextContent(type="text", text=prompt))
-    result = await ctx.session.create_message(messages=[message], max_tokens=100)
+    # Sent on this call's own response stream, as ctx.elicit sends its request. Without the related
+    # request id the SDK sends it on the client's standalone GET stream, which the client opens in
+    # the background after initializing: if the call comes first, the request is silently dropped.
+    result = await ctx.session.create_message(
+        messages=[message], max_tokens=100, related_request_id=ctx.request_id
+    )
     reply = result.content.text if isinstance(result.content, TextContent) else "No response"
     return f"LLM response: {reply}"
 
