@@ -1,4 +1,11 @@
-"""`aegis-nb`: the command line (demo, serve, mock, runs, recover; later lab). Top layer: imports anything."""
+"""`aegis-nb`: the command line (demo, serve, mock, runs, recover). Top layer: imports anything.
+
+Exit status: 0 done; 1 the command ran and could not finish its job (`recover` left runs stuck or
+unfinished, a server the app needs was unreachable, an extra is not installed); 2 refused before
+doing anything, because the command line or something it names cannot be used (a bad option, an app
+that does not import, a journal, ledger or port that cannot be had), as argparse's own usage errors;
+130 interrupted (Ctrl-C). Every failure is one line on stderr.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 Command = Callable[[argparse.Namespace], int]
+
+
+class Refused(Exception):
+    """The command line, or something it names, cannot be used: `main` prints it, exit status 2."""
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -31,17 +42,17 @@ def _load(command: str, spec: str, what: str, wanted: Callable[[Any], bool]) -> 
 
     A callable that is not `wanted` is called with no arguments; if that fails with a TypeError (it
     needs arguments), it is reported in one line as not `what`, nor a factory of one. Every error is
-    a `SystemExit` prefixed with ``aegis-nb <command>:``; the caller checks the type it got.
+    a `Refused` prefixed with ``aegis-nb <command>:``; the caller checks the type it got.
     """
     import importlib
 
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise SystemExit(f"aegis-nb {command}: expected module:app, got {spec!r}")
+        raise Refused(f"aegis-nb {command}: expected module:app, got {spec!r}")
     if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
         # Importing "app.py" would run app.py and then fail; "dir/app" could never import.
         stem = Path(module_name.replace("\\", "/")).stem
-        raise SystemExit(
+        raise Refused(
             f"aegis-nb {command}: expected module:app with a module name, not a file path, got {spec!r}"
             f" (from the file's folder: {stem}:{attribute})"
         )
@@ -50,20 +61,18 @@ def _load(command: str, spec: str, what: str, wanted: Callable[[Any], bool]) -> 
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SystemExit(f"aegis-nb {command}: cannot import {module_name!r}: {exc}") from None
+        raise Refused(f"aegis-nb {command}: cannot import {module_name!r}: {exc}") from None
     try:
         app = getattr(module, attribute)
     except AttributeError:
-        raise SystemExit(
-            f"aegis-nb {command}: module {module_name!r} has no attribute {attribute!r}"
-        ) from None
+        raise Refused(f"aegis-nb {command}: module {module_name!r} has no attribute {attribute!r}") from None
     if not wanted(app) and callable(app):
         try:
             app = app()
         except TypeError as exc:
             if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
                 raise  # raised inside the factory, not by the call: its traceback is what helps
-            raise SystemExit(
+            raise Refused(
                 f"aegis-nb {command}: {spec!r} is not {what}, nor a factory of one: {exc}"
             ) from None
     return app
@@ -78,7 +87,7 @@ def _load_app(spec: str) -> Any:
 
     app = _load("serve", spec, "a server", lambda app: isinstance(app, MCPServer))
     if not isinstance(app, MCPServer):
-        raise SystemExit(f"aegis-nb serve: {spec!r} is a {type(app).__name__}, not an MCP server")
+        raise Refused(f"aegis-nb serve: {spec!r} is a {type(app).__name__}, not an MCP server")
     return app
 
 
@@ -90,7 +99,7 @@ def _check_transport_options(command: str, args: argparse.Namespace) -> None:
     elif args.host is not None or args.port is not None:
         given = [f"--{name}" for name in ("host", "port") if getattr(args, name) is not None]
         verb = "needs" if len(given) == 1 else "need"
-        raise SystemExit(
+        raise Refused(
             f"aegis-nb {command}: {' and '.join(given)} {verb} --transport http (stdio has no address)"
         )
 
@@ -103,7 +112,7 @@ def _check_address(command: str, host: str, port: int) -> None:
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise SystemExit(f"aegis-nb {command}: cannot resolve --host {host!r}: {exc.strerror}") from None
+        raise Refused(f"aegis-nb {command}: cannot resolve --host {host!r}: {exc.strerror}") from None
     for family, kind, proto, _, address in addresses:
         with socket.socket(family, kind, proto) as sock:
             # As asyncio's create_server binds for uvicorn: reused addresses, IPv6 apart from IPv4.
@@ -116,7 +125,7 @@ def _check_address(command: str, host: str, port: int) -> None:
                 hint = (
                     "; stop what holds it or choose another --port" if exc.errno == errno.EADDRINUSE else ""
                 )
-                raise SystemExit(
+                raise Refused(
                     f"aegis-nb {command}: cannot serve on {host}:{port}: {exc.strerror}{hint}"
                 ) from None
 
@@ -139,7 +148,7 @@ def _check_journal(command: str, app: Any) -> None:
     try:
         anyio.run(try_open)
     except JournalError as exc:
-        raise SystemExit(f"aegis-nb {command}: {exc}") from None
+        raise Refused(f"aegis-nb {command}: {exc}") from None
 
 
 def _serve_app(command: str, app: Any, args: argparse.Namespace) -> int:
@@ -171,23 +180,17 @@ def _mock(args: argparse.Namespace) -> int:
     # An empty value (an unset shell variable) is refused, not taken as "none given": SQLite would
     # open '' as a private temporary database, and the user would lose a ledger they think is kept.
     if args.ledger == "":
-        raise SystemExit("aegis-nb mock: bad --ledger: empty path (leave --ledger out to keep it in memory)")
+        raise Refused("aegis-nb mock: bad --ledger: empty path (leave --ledger out to keep it in memory)")
     try:
         plan = FaultPlan() if args.faults is None else FaultPlan.from_json(json.loads(args.faults))
     except (ValueError, FaultPlanError) as exc:
-        raise SystemExit(f"aegis-nb mock: bad --faults: {exc}") from None
+        raise Refused(f"aegis-nb mock: bad --faults: {exc}") from None
     try:
         ledger = None if args.ledger is None else Ledger(args.ledger)
     except LedgerError as exc:  # a missing folder, or a file that is not SQLite
-        raise SystemExit(f"aegis-nb mock: bad --ledger: {exc}") from None
+        raise Refused(f"aegis-nb mock: bad --ledger: {exc}") from None
     agency = TravelAgency(ledger, faults=plan)
     return _serve_app("mock", agency.server, args)
-
-
-def _refused(command: str, problem: str) -> int:
-    """Say why `command` cannot run, on stderr; 2, the exit status of every refusal of a journal command."""
-    print(f"aegis-nb {command}: {problem}", file=sys.stderr)
-    return 2
 
 
 _EMPTY_JOURNAL = "bad --journal: empty path (name the journal file)"
@@ -201,9 +204,9 @@ def _runs(args: argparse.Namespace) -> int:
     from aegis_nb.saga.trace import describe
 
     if args.journal == "":
-        return _refused("runs", _EMPTY_JOURNAL)
+        raise Refused(f"aegis-nb runs: {_EMPTY_JOURNAL}")
     if args.run == "":  # not "no --run": listing every run would answer another question
-        return _refused("runs", "bad --run: empty run id (leave --run out to list every run)")
+        raise Refused("aegis-nb runs: bad --run: empty run id (leave --run out to list every run)")
     try:
         if args.run is not None:
             for event in read_run(args.journal, args.run).events:
@@ -212,9 +215,10 @@ def _runs(args: argparse.Namespace) -> int:
         runs = read_runs(args.journal)
     except KeyError:
         listing = f"aegis-nb runs --journal {shlex.quote(args.journal)}"
-        return _refused("runs", f"no run {args.run!r} in {args.journal} ({listing} lists them)")
+        missing = f"no run {args.run!r} in {args.journal} ({listing} lists them)"
+        raise Refused(f"aegis-nb runs: {missing}") from None
     except JournalError as exc:
-        return _refused("runs", str(exc))
+        raise Refused(f"aegis-nb runs: {exc}") from None
     for line in runs_table(runs):
         print(line)
     return 0
@@ -230,13 +234,13 @@ def _recover(args: argparse.Namespace) -> int:
     from aegis_nb.saga.trace import describe
 
     if args.journal == "":
-        return _refused("recover", _EMPTY_JOURNAL)
+        raise Refused(f"aegis-nb recover: {_EMPTY_JOURNAL}")
     # Opening a journal creates it when missing: a mistyped path would "recover 0 runs" and exit 0.
     # Checked before the app is loaded, so a typo costs no import and leaves no file behind.
     try:
         check_regular(Path(args.journal))
     except JournalUnavailable as exc:
-        return _refused("recover", str(exc))
+        raise Refused(f"aegis-nb recover: {exc}") from None
     module_name = args.app.partition(":")[0]
     what = "an AegisMCP app or WorkflowEngine"
     app = _load(
@@ -247,7 +251,7 @@ def _recover(args: argparse.Namespace) -> int:
     )
     engine = app if isinstance(app, WorkflowEngine) else getattr(app, "workflow_engine", None)
     if not isinstance(engine, WorkflowEngine):
-        raise SystemExit(f"aegis-nb recover: {args.app!r} is a {type(app).__name__}, not {what}")
+        raise Refused(f"aegis-nb recover: {args.app!r} is a {type(app).__name__}, not {what}")
     registered = engine.journal.resolver.registry if isinstance(engine.journal, SqliteJournal) else {}
     journal = SqliteJournal(args.journal, steps=registered, main_module=module_name)
     # An AegisMCP app's steps may compensate through sessions its own lifespan opens.
@@ -280,8 +284,7 @@ def _recover(args: argparse.Namespace) -> int:
     try:
         return anyio.run(recover)
     except JournalError as exc:
-        print(f"aegis-nb recover: {exc}", file=sys.stderr)
-        return 2
+        raise Refused(f"aegis-nb recover: {exc}") from None
 
 
 def _port(text: str) -> int:
@@ -340,6 +343,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return handler(args)
+    except Refused as exc:
+        print(exc, file=sys.stderr)
+        return 2
     except MissingExtra as exc:
         # The command needs an extra that is not installed: the pip line is all the user needs.
         print(f"aegis-nb {args.command}: {exc}", file=sys.stderr)

@@ -111,7 +111,7 @@ def test_a_factorys_own_type_error_keeps_its_traceback() -> None:
 )
 def test_options_stdio_would_ignore_or_empty_values_are_refused(argv: list[str], message: str) -> None:
     done = aegis_nb(*argv)
-    assert (done.returncode, done.stdout, done.stderr) == (1, "", message + "\n")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", message + "\n")
 
 
 def test_a_port_in_use_is_one_line_before_anything_starts() -> None:
@@ -121,7 +121,7 @@ def test_a_port_in_use_is_one_line_before_anything_starts() -> None:
         port = taken.getsockname()[1]
         done = aegis_nb("mock", "--transport", "http", "--port", str(port))
     assert (done.returncode, done.stdout, done.stderr) == (
-        1,
+        2,
         "",
         f"aegis-nb mock: cannot serve on 127.0.0.1:{port}: Address already in use;"
         " stop what holds it or choose another --port\n",
@@ -141,25 +141,26 @@ def test_serving_an_app_whose_journal_another_process_holds_is_one_line(
     if transport == "http":
         argv += ["--port", str(free_port())]
 
-    async def hold_and_serve() -> None:
+    async def hold_and_serve() -> int:
         async with SqliteJournal(path):
-            await anyio.to_thread.run_sync(main, argv)
+            return await anyio.to_thread.run_sync(main, argv)
 
-    with pytest.raises(SystemExit) as exit_:
-        anyio.run(hold_and_serve)
-    assert str(exit_.value) == f"aegis-nb serve: journal {str(path)!r}: another process holds {path}.lock"
-    assert capsys.readouterr() == ("", "")
+    assert anyio.run(hold_and_serve) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"aegis-nb serve: journal {str(path)!r}: another process holds {path}.lock\n",
+    )
 
 
 def test_serving_an_app_whose_journal_is_not_a_journal_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("hello\n" * 100)
     monkeypatch.setenv(JOURNAL_VARIABLE, str(notes))
-    with pytest.raises(SystemExit) as exit_:
-        main(["serve", "tests.test_cli_errors:journaled_app"])
-    assert str(exit_.value) == (
-        f"aegis-nb serve: journal {str(notes)!r}: damaged or not a journal (file is not a database)"
+    assert main(["serve", "tests.test_cli_errors:journaled_app"]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"aegis-nb serve: journal {str(notes)!r}: damaged or not a journal (file is not a database)\n",
     )
     assert notes.read_text() == "hello\n" * 100

@@ -60,7 +60,7 @@ def test_recover_with_a_factory_that_needs_arguments_fails_in_one_line(tmp_path:
     journal = empty_journal(tmp_path / "j.db")
     done = aegis_nb("recover", "--journal", str(journal), "aegis_nb.mock.travel:travel_saga")
     assert (done.returncode, done.stdout, done.stderr) == (
-        1,
+        2,
         "",
         "aegis-nb recover: 'aegis_nb.mock.travel:travel_saga' is not an AegisMCP app or WorkflowEngine,"
         " nor a factory of one: travel_saga() missing 3 required positional arguments: 'session',"
@@ -88,11 +88,12 @@ def test_recover_with_a_factory_that_needs_arguments_fails_in_one_line(tmp_path:
         ),
     ],
 )
-def test_recover_loads_its_app_as_serve_does(tmp_path: Path, spec: str, message: str) -> None:
+def test_recover_loads_its_app_as_serve_does(
+    tmp_path: Path, spec: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     journal = empty_journal(tmp_path / "j.db")
-    with pytest.raises(SystemExit) as exit_:
-        main(["recover", "--journal", str(journal), spec])
-    assert str(exit_.value) == message
+    assert main(["recover", "--journal", str(journal), spec]) == 2
+    assert capsys.readouterr() == ("", message + "\n")
 
 
 # -- aegis-nb mock --ledger -------------------------------------------------------------------------
@@ -102,7 +103,7 @@ def test_mock_with_a_ledger_in_a_missing_folder_fails_in_one_line(tmp_path: Path
     ledger = tmp_path / "missing-dir" / "ledger.db"
     done = aegis_nb("mock", "--ledger", str(ledger))
     assert (done.returncode, done.stdout, done.stderr) == (
-        1,
+        2,
         "",
         f"aegis-nb mock: bad --ledger: cannot open {str(ledger)!r} as a ledger:"
         " unable to open database file\n",
@@ -115,7 +116,7 @@ def test_mock_with_a_ledger_that_is_not_sqlite_fails_in_one_line_and_leaves_the_
     notes.write_text("hello\n" * 100)
     done = aegis_nb("mock", "--ledger", str(notes))
     assert (done.returncode, done.stdout, done.stderr) == (
-        1,
+        2,
         "",
         f"aegis-nb mock: bad --ledger: cannot open {str(notes)!r} as a ledger: file is not a database\n",
     )
