@@ -1,4 +1,7 @@
-"""Steps for engine tests: they record what they were given, and fail or hang on request."""
+"""Steps for engine tests: they record what they were given, and fail or hang on request.
+
+Also `CheckpointingJournal`, an in-memory journal whose writes await as a real one's do.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from aegis_nb import AegisContext, RetryPolicy
+from aegis_nb import AegisContext, InMemoryJournal, RetryPolicy, SagaEvent
 
 
 @dataclass
@@ -97,3 +100,11 @@ ROLLED_BACK_TRAIL = [
     ("SagaCompensated",),
 ]
 """The events of the flight, hotel, failing card saga, rolled back in full (`EventCapture.trail`)."""
+
+
+class CheckpointingJournal(InMemoryJournal):
+    """Awaits before each write, as a real journal does: a cancellation would land there."""
+
+    async def append(self, event: SagaEvent) -> None:
+        await anyio.lowlevel.checkpoint()
+        await super().append(event)

@@ -94,6 +94,12 @@ def test_the_conformance_server_scenarios_pass_except_the_features_we_do_not_ser
 
 
 SSE_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+CLIENT = {"name": "raw-http", "version": "0"}
+
+
+def request(number: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC request."""
+    return {"jsonrpc": "2.0", "id": number, "method": method, "params": params}
 
 
 async def next_message(lines: AsyncIterator[str]) -> dict[str, Any]:
@@ -136,10 +142,3 @@ async def test_the_sampling_request_travels_on_the_calls_own_stream() -> None:
         "structuredContent": {"result": text},
         "isError": False,
     }
-
-
-CLIENT = {"name": "raw-http", "version": "0"}
-
-
-def request(number: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": number, "method": method, "params": params}

@@ -23,7 +23,6 @@ from aegis_nb import (
     CompensationFailed,
     CompensationStarted,
     CompensationSucceeded,
-    InMemoryJournal,
     RetryPolicy,
     SagaCompensated,
     SagaEvent,
@@ -38,7 +37,7 @@ from aegis_nb import (
 )
 from aegis_nb.kernel import extras
 from aegis_nb.testing import EventCapture
-from tests.steps import ROLLED_BACK_TRAIL, Calls, Recorded
+from tests.steps import ROLLED_BACK_TRAIL, Calls, CheckpointingJournal, Recorded
 
 pytestmark = pytest.mark.anyio
 
@@ -109,14 +108,6 @@ async def test_without_a_context_the_saga_starts_from_an_empty_one_keyed_by_the_
 
 
 # -- journal writes under a cancelled caller ---------------------------------------------------------
-
-
-class CheckpointingJournal(InMemoryJournal):
-    """Awaits before each write, as a real journal does: a cancellation would land there."""
-
-    async def append(self, event: SagaEvent) -> None:
-        await anyio.lowlevel.checkpoint()
-        await super().append(event)
 
 
 async def test_the_failure_and_the_rollback_are_journaled_in_full_when_the_caller_is_cancelled() -> None:

@@ -45,10 +45,15 @@ def wheel_files(dist: Path) -> list[str]:
         return archive.namelist()
 
 
-def metadata(dist: Path) -> Message:
+def wheel_file(dist: Path, name: str) -> bytes:
+    """One file of the wheel's ``.dist-info``."""
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        return email.message_from_bytes(archive.read(f"{INFO}METADATA"))
+        return archive.read(f"{INFO}{name}")
+
+
+def metadata(dist: Path) -> Message:
+    return email.message_from_bytes(wheel_file(dist, "METADATA"))
 
 
 def test_the_wheel_holds_every_module_py_typed_and_the_licence_and_nothing_else(dist: Path) -> None:
@@ -73,9 +78,7 @@ def test_the_wheel_metadata_names_licence_pythons_extras_and_the_command(dist: P
     assert meta.get_all("Requires-Dist")[:2] == ["anyio>=4.6", "sniffio>=1.3"]
     assert sorted(meta.get_all("Provides-Extra")) == ["bench", "dev", "mcp", "notebook", "temporal"]
     assert "Typing :: Typed" in meta.get_all("Classifier")
-    (wheel,) = dist.glob("*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        scripts = archive.read(f"{INFO}entry_points.txt").decode()
+    scripts = wheel_file(dist, "entry_points.txt").decode()
     assert scripts == "[console_scripts]\naegis-nb = aegis_nb.cli:main\n"
 
 

@@ -28,7 +28,7 @@ from aegis_nb import (
 )
 from aegis_nb.saga import fold_report
 from aegis_nb.testing import EventCapture
-from tests.steps import ROLLED_BACK_TRAIL, Boom, Calls, Recorded
+from tests.steps import ROLLED_BACK_TRAIL, Boom, Calls, CheckpointingJournal, Recorded
 
 pytestmark = pytest.mark.anyio
 
@@ -198,14 +198,6 @@ class OutlivesTheBackstop(Recorded):
             await anyio.sleep_until(backstop + BUDGET / 2)
         if self.then_fail:
             raise Boom("hotel cannot be undone yet")
-
-
-class CheckpointingJournal(InMemoryJournal):
-    """Awaits before each write, as a real journal does: a cancelled scope would cut it off."""
-
-    async def append(self, event: SagaEvent) -> None:
-        await anyio.lowlevel.checkpoint()
-        await super().append(event)
 
 
 async def test_a_compensation_that_outlives_the_backstop_leaves_the_next_its_full_budget() -> None:
