@@ -1,7 +1,8 @@
 """`aegis-nb`: the command line (demo, serve, mock, runs, recover). Top layer: imports anything.
 
 Exit status: 0 done; 1 the command ran and could not finish its job (`recover` left runs stuck or
-unfinished, a server the app needs was unreachable, an extra is not installed); 2 refused before
+unfinished, or its journal failed part-way; a server the app needs was unreachable; an extra is not
+installed); 2 refused before
 doing anything, because the command line or something it names cannot be used (a bad option, an app
 that does not import, a journal, ledger or port that cannot be had), as argparse's own usage errors;
 130 interrupted (Ctrl-C). Every failure is one line on stderr.
@@ -231,6 +232,7 @@ def _recover(args: argparse.Namespace) -> int:
     from aegis_nb.saga.durable import JournalError, JournalUnavailable, RecoveryIncomplete, SqliteJournal
     from aegis_nb.saga.durable.sqlitefile import check_regular
     from aegis_nb.saga.engine import WorkflowEngine
+    from aegis_nb.saga.events import SagaEvent
     from aegis_nb.saga.trace import describe
 
     if args.journal == "":
@@ -258,12 +260,19 @@ def _recover(args: argparse.Namespace) -> int:
     server = sys.modules.get("aegis_nb.server.app")
     is_server = server is not None and isinstance(app, server.AegisMCP)
     resources: AbstractAsyncContextManager[Any] = app.resources() if is_server else nullcontext()
+    begun = False  # a journal error once recovery has begun is no refusal: it stopped part-way
+
+    def show(event: SagaEvent) -> None:
+        nonlocal begun
+        begun = True
+        # Runs are recovered concurrently: each line names its run, or their lines would mix.
+        print(f"[{event.run_id}] {describe(event)}", flush=True)
+
     recovering = WorkflowEngine(
         compensation_retry=engine.compensation_retry,
         compensation_budget=engine.compensation_budget,
         journal=journal,
-        # Runs are recovered concurrently: each line names its run, or their lines would mix.
-        sinks=[lambda event: print(f"[{event.run_id}] {describe(event)}", flush=True)],
+        sinks=[show],
     )
 
     async def recover() -> int:
@@ -274,6 +283,13 @@ def _recover(args: argparse.Namespace) -> int:
                 print(f"aegis-nb recover: {exc}", file=sys.stderr)
                 runs = exc.runs
                 left = len(exc.problems)
+            except JournalError as exc:
+                if not begun:
+                    raise  # nothing was undone yet: the journal could not be used (exit 2)
+                # Part-way through: what was undone stays undone, and what the journal could not
+                # record stays unfinished in it, for the next recover.
+                print(f"aegis-nb recover: stopped part-way: {exc}", file=sys.stderr)
+                return 1
             else:
                 left = 0
         stuck = sum(1 for run in runs if run.report.left_standing)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -9,10 +14,11 @@ import pytest
 
 from aegis_nb import WorkflowEngine
 from aegis_nb.cli import main
+from aegis_nb.kernel.context import AegisContext
 from aegis_nb.saga.definition import SagaEntry
 from aegis_nb.saga.durable import SqliteJournal, read_runs
 from tests.durable_support import Crash, CrashingJournal
-from tests.test_journal_sqlite import Hold, Note, lines
+from tests.test_journal_sqlite import Hold, Note, lines, log
 
 ENGINE = WorkflowEngine()
 """The "app" `aegis-nb recover` loads: its steps are found by import path, so it needs no journal."""
@@ -115,3 +121,74 @@ def test_recover_refuses_a_journal_another_process_holds(
         f"aegis-nb recover: journal {str(path)!r}: another process holds {path}.lock\n"
     )
     assert [r.status.value for r in read_runs(path)] == ["committed", "running"]
+
+
+class FillTheDisk:
+    """Undoing it leaves its process no byte more to write, as when the disk fills up mid-recovery.
+
+    Only where ``FILL_THE_DISK=1`` (a child process): a later recovery in this one undoes it as usual.
+    """
+
+    in_doubt = True  # its start is synced, so the crash below leaves it owed a compensation
+
+    async def execute(self, ctx: AegisContext, logfile: str) -> None:
+        log(logfile, f"fill {ctx.idempotency_key}")
+
+    async def compensate(self, ctx: AegisContext, logfile: str) -> None:
+        log(logfile, f"unfill {ctx.idempotency_key}")
+        if os.environ.get("FILL_THE_DISK") == "1":
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+
+
+def test_recover_stopped_part_way_by_its_journal_exits_1_and_the_next_recover_finishes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not a refusal (2): recovery had begun. What it undid stays undone; the rest waits on disk."""
+    path, logfile = tmp_path / "j.db", tmp_path / "log"
+
+    async def crash() -> None:
+        saga: list[SagaEntry] = [(Note(), (str(logfile),), {}), (FillTheDisk(), (str(logfile),), {})]
+        with pytest.raises(
+            Crash
+        ):  # 0 start, 1-2 Note, 3 FillTheDisk started (synced), 4-5: dies at the commit
+            await WorkflowEngine(journal=CrashingJournal(SqliteJournal(path), 5)).run_saga(
+                saga, name="trip", run_id="half"
+            )
+
+    anyio.run(crash)
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aegis_nb.cli",
+            "recover",
+            "--journal",
+            str(path),
+            "tests.test_journal_cli:ENGINE",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "FILL_THE_DISK": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert (child.returncode, child.stderr, child.stdout.splitlines()) == (
+        1,
+        f"aegis-nb recover: stopped part-way: journal {str(path)!r}: could not write the journal "
+        "(disk I/O error)\n",
+        [
+            "[half]   x  FillTheDisk interrupted: the process running the saga stopped before the run "
+            "finished (0.0 ms)",
+            "[half]   <~ FillTheDisk.compensate()",
+        ],
+    )
+    assert lines(logfile) == ["note half/0", "fill half/1", "unfill half/1"]
+    assert [r.status.value for r in read_runs(path)] == ["compensating"]  # unfinished, owed its rollback
+
+    assert main(["recover", "--journal", str(path), "tests.test_journal_cli:ENGINE"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "recovered 1 run(s): 1 rolled back, 0 stuck; 0 left unfinished"
+    )
+    assert lines(logfile)[3:] == ["unfill half/1", "unnote half/0 noted=True"]
+    assert [r.status.value for r in read_runs(path)] == ["rolled_back"]
