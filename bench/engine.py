@@ -40,7 +40,9 @@ from aegis_nb.testing import EventCapture
 
 try:
     from latch.exceptions import SagaExecutionError
-    from latch.saga import Saga as LatchSaga
+    from latch.saga import Saga
+
+    LatchSaga: type[Saga] | None = Saga
 except ImportError:  # the peer lives in the bench extra
     LatchSaga = None
 

@@ -34,7 +34,7 @@ def loaded_shell(*cells: str) -> Iterator[InteractiveShell]:
 
 def ok(shell: InteractiveShell, cell: str) -> ExecutionResult:
     """Run `cell` as a notebook would (in the history, so ``_`` and ``Out`` work); fail if it fails."""
-    result = shell.run_cell(cell, store_history=True)
+    result: ExecutionResult = shell.run_cell(cell, store_history=True)
     if not result.success:
         raise AssertionError(f"cell failed: {result.error_before_exec or result.error_in_exec!r}")
     return result

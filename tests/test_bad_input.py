@@ -118,7 +118,7 @@ async def test_malformed_sagas_are_rejected_before_any_step_runs(make_saga: obje
 async def test_bad_step_options_are_rejected() -> None:
     calls = Calls()
     bad_timeout = Recorded("flight", calls)
-    bad_timeout.timeout = -1  # type: ignore[attr-defined]
+    bad_timeout.timeout = -1
     with pytest.raises(SagaDefinitionError, match=r"saga entry 0 \(flight\): timeout must be a positive"):
         await WorkflowEngine().execute_saga([bad_timeout])
     bad_retry = Recorded("flight", calls, retry=3)  # type: ignore[arg-type]
@@ -157,7 +157,7 @@ async def test_a_function_step_without_compensation_is_rejected_up_front() -> No
 
 def test_function_steps_must_be_async() -> None:
     with pytest.raises(SagaDefinitionError, match="execute must be an `async def` function"):
-        step(lambda ctx: None)  # type: ignore[arg-type]
+        step(lambda ctx: None)  # type: ignore[arg-type, return-value]
 
 
 async def test_a_sink_that_raises_is_detached_and_logged_and_the_saga_goes_on(

@@ -70,7 +70,7 @@ async def test_compensations_are_shielded_from_the_cancellation() -> None:
     finished = []
 
     class SlowUndo(Recorded):
-        async def compensate(self, ctx: object) -> None:  # type: ignore[override]
+        async def compensate(self, ctx: object) -> None:
             await anyio.sleep(0.01)  # would raise at once if the cancellation reached it
             finished.append(self.name)
 

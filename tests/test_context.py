@@ -28,9 +28,9 @@ def test_with_metadata_overrides_existing_keys() -> None:
 def test_context_attributes_cannot_be_set_or_deleted() -> None:
     ctx = AegisContext()
     with pytest.raises(AttributeError, match="immutable"):
-        ctx.metadata = {}  # type: ignore[misc]
+        ctx.metadata = {}  # type: ignore[misc, assignment]
     with pytest.raises(AttributeError, match="immutable"):
-        del ctx.deadline  # type: ignore[misc]
+        del ctx.deadline
 
 
 def test_metadata_is_read_only_at_every_depth() -> None:

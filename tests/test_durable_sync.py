@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +50,7 @@ class Transactions:
         assert file is not None
         write = file.write
 
-        def recording(rows: list[Row], sync: bool = True) -> None:
+        def recording(rows: Sequence[Row], sync: bool = True) -> None:
             write(rows, sync)
             self.writes.append(("sync" if sync else "commit", tuple(row_name(r) for r in rows)))
             self.threads.append(threading.get_ident())
@@ -211,7 +212,7 @@ async def test_a_batch_failing_on_the_writer_thread_fails_every_run_in_it_before
         assert file is not None
         write = file.write
 
-        def losing_the_disk(rows: list[Row], sync: bool = True) -> None:
+        def losing_the_disk(rows: Sequence[Row], sync: bool = True) -> None:
             if any(row_name(row) == "StepSucceeded Gate" for row in rows):
                 raise OSError("the disk went away")
             write(rows, sync)

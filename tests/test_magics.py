@@ -400,7 +400,7 @@ def test_background_as_a_line_returns_a_run_to_await(shell: InteractiveShell) ->
         "async def compensate(ctx):\n    pass\n",
     )
     result = ok(shell, "%aegis_saga Hold --background --name trip -o run")
-    job = result.result
+    job: object = result.result
     assert isinstance(job, BackgroundRun)
     assert repr(job) == "<saga trip running in the background: `await` this for its SagaRun>"
     assert "run" not in shell.user_ns
@@ -460,6 +460,7 @@ def test_unloading_stops_the_rewrite_and_loading_twice_registers_once(shell: Int
     assert shell.input_transformers_cleanup.count(blocking_transformer) == 1
     ok(shell, "%unload_ext aegis_nb")
     assert blocking_transformer not in shell.input_transformers_cleanup
+    assert shell.display_formatter is not None
     assert shell.display_formatter.mimebundle_formatter.type_printers.get(SagaRun) is None
 
 
@@ -494,7 +495,7 @@ def test_cancelling_a_background_saga_still_rolls_back_what_it_did(
         "async def compensate(ctx):\n    pass\n",
     )
     capsys.readouterr()
-    job = ok(shell, "%aegis_saga BookFlight Wait --background --name trip -o run").result
+    job: object = ok(shell, "%aegis_saga BookFlight Wait --background --name trip -o run").result
     assert isinstance(job, BackgroundRun)
     shell.user_ns["job"] = job
     ok(shell, "_ = await asyncio.wait_for(reached.wait(), 30)")  # in Wait, BookFlight done: cancel there

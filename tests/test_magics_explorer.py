@@ -73,7 +73,9 @@ def test_each_press_reads_the_controls_and_keeps_the_previous_outcome(
         (0.3, (("BookFlight", 0.0), ("ChargeCard", 0.5)), (), "rolled_back"),
         (1.0, (("BookFlight", 0.0), ("ChargeCard", 0.5)), ("BookFlight",), "rolled_back"),
     ]
+    assert view.trials[1].run.report.failure_kind is not None
     assert view.trials[1].run.report.failure_kind.value == "timeout"
+    assert view.trials[2].run.report.cause is not None
     assert view.trials[2].run.report.cause.message == "BookFlight failed (injected by --fail)"
     assert view.trials[1].settings_text() == "deadline 0.3 s · latency: ChargeCard 0.5 s"
     # The previous pane holds run 2, the current one run 3; the history is sorted by deadline.

@@ -157,7 +157,7 @@ def test_a_step_reference_that_picks_nothing_lists_the_names_to_use(
 
 
 def test_the_explorer_has_a_control_per_use_of_a_repeated_step(shell: InteractiveShell) -> None:
-    view = ok(shell, "%aegis_saga Pay Pay --interactive --fail Pay#2").result
+    view: object = ok(shell, "%aegis_saga Pay Pay --interactive --fail Pay#2").result
     assert isinstance(view, SagaExplorer)
     assert [(name, toggle.value) for name, toggle in view.failing.items()] == [
         ("Pay#1", False),
@@ -191,7 +191,7 @@ def test_interactive_as_an_expression_works_while_the_kernels_loop_runs(shell: I
 
 
 def test_interactive_keeps_the_fail_message_it_was_given(shell: InteractiveShell) -> None:
-    view = ok(shell, '%aegis_saga Pay --interactive --fail "Pay=Card Declined!"').result
+    view: object = ok(shell, '%aegis_saga Pay --interactive --fail "Pay=Card Declined!"').result
     assert isinstance(view, SagaExplorer)
     assert view.settings().faults == {"Pay": Fault(fail=True, message="Card Declined!")}
     view.run_button.click()  # no loop runs here: the press runs the saga to the end
@@ -204,7 +204,7 @@ def test_interactive_keeps_the_fail_message_it_was_given(shell: InteractiveShell
 
 
 def test_interactive_widens_its_sliders_to_hold_the_values_it_was_given(shell: InteractiveShell) -> None:
-    view = ok(shell, "%aegis_saga Pay --interactive --deadline 0.01 --latency Pay=3").result
+    view: object = ok(shell, "%aegis_saga Pay --interactive --deadline 0.01 --latency Pay=3").result
     assert isinstance(view, SagaExplorer)
     deadline, latency = view.deadline, view.latency["Pay"]
     assert (deadline.value, deadline.min, deadline.step, deadline.max) == (0.01, 0.01, 0.01, 5.0)
@@ -212,10 +212,12 @@ def test_interactive_widens_its_sliders_to_hold_the_values_it_was_given(shell: I
     settings = view.settings()
     assert (settings.deadline, settings.faults) == (0.01, {"Pay": Fault(latency=3.0)})
     # A tiny deadline still reads as itself, not as 0.00.
-    tiny = ok(shell, "%aegis_saga Pay --interactive --deadline 0.005").result
+    tiny: object = ok(shell, "%aegis_saga Pay --interactive --deadline 0.005").result
+    assert isinstance(tiny, SagaExplorer)
     assert (tiny.deadline.value, tiny.deadline.readout_format) == (0.005, ".2g")
     # The usual ranges are kept when the values fit them.
-    usual = ok(shell, "%aegis_saga Pay --interactive --deadline 0.3 --latency Pay=0.5").result
+    usual: object = ok(shell, "%aegis_saga Pay --interactive --deadline 0.3 --latency Pay=0.5").result
+    assert isinstance(usual, SagaExplorer)
     assert (usual.deadline.min, usual.deadline.step, usual.deadline.readout_format) == (0.05, 0.05, ".2f")
     assert usual.latency["Pay"].max == 2.0
 

@@ -157,6 +157,7 @@ async def test_a_bound_method_can_be_unsubscribed(caplog: pytest.LogCaptureFixtu
 
 
 async def test_unsubscribing_one_sink_leaves_an_equal_one_and_a_bound_builtin_can_go() -> None:
+    appended: list[SagaEvent]
     engine, audit, scratch, appended = WorkflowEngine(), EventCapture(), EventCapture(), []
     for sink in (audit, scratch, appended.append):
         engine.subscribe(sink)

@@ -37,7 +37,7 @@ def test_built_instances_stay_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.left = 2  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        del built.right  # type: ignore[misc]
+        del built.right
     assert built == Pair(1, "a")
 
 
@@ -74,7 +74,7 @@ def test_derived_contexts_are_immutable_contexts() -> None:
     assert derived.to_json() == {"a": 1}
     assert (derived.deadline, derived.idempotency_key) == (10.0, "run/2")
     with pytest.raises(AttributeError, match="AegisContext is immutable"):
-        derived._deadline = 20.0  # type: ignore[misc]
+        derived._deadline = 20.0
     with pytest.raises(AttributeError, match="AegisContext is immutable"):
         del derived._run_id
     budgeted = derived._with_budget(30.0)

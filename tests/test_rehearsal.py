@@ -64,7 +64,8 @@ def rehearse(shell: InteractiveShell, line: str, body: str = "") -> Rehearsal:
     rehearsal = shell.user_ns["rehearsal"]
     assert isinstance(rehearsal, Rehearsal)
     assert result.result is rehearsal
-    return rehearsal
+    # `is` against IPython's unannotated run_cell() result widens `rehearsal` back to Any.
+    return rehearsal  # type: ignore[no-any-return]
 
 
 def marks(rehearsal: Rehearsal) -> list[tuple[str, list[str], str]]:

@@ -171,10 +171,12 @@ def test_backoff_delays_are_capped_as_they_grow() -> None:
 
 
 class ChargeCard:
-    async def execute(self, ctx: AegisContext, card: Secret, *, billing: dict[str, object]) -> None:
-        raise ValueError(f"card {card.reveal()!r} declined, pin {billing['pin'][0].reveal()}")  # type: ignore[attr-defined]
+    async def execute(self, ctx: AegisContext, card: Secret, *, billing: dict[str, list[Secret]]) -> None:
+        raise ValueError(f"card {card.reveal()!r} declined, pin {billing['pin'][0].reveal()}")
 
-    async def compensate(self, ctx: AegisContext, card: Secret, *, billing: dict[str, object]) -> None: ...
+    async def compensate(
+        self, ctx: AegisContext, card: Secret, *, billing: dict[str, list[Secret]]
+    ) -> None: ...
 
 
 class HoldFunds:
@@ -296,6 +298,7 @@ class FinishesInAShield(Recorded):
             with anyio.CancelScope(deadline=anyio.current_time() + 2 * self.timeout):
                 await anyio.sleep_forever()
             return await super().execute(ctx)
+        raise AssertionError("unreachable: nothing cancels the shielded scope, so it swallows nothing")
 
 
 async def test_a_step_finishing_past_its_timeout_in_a_shield_leaves_the_next_step_its_time() -> None:

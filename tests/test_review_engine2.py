@@ -36,7 +36,7 @@ pytestmark = pytest.mark.anyio
 class UnsureError(ToolError):
     """A tool error that cannot say whether the tool acted: reading `refused` raises."""
 
-    @property  # type: ignore[override]
+    @property
     def refused(self) -> bool:
         raise RuntimeError("refused is unknown")
 

@@ -16,6 +16,7 @@ from aegis_nb.cli import main
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.mock.ledger import APPLICATION_ID as LEDGER_ID
 from aegis_nb.mock.ledger import Ledger
+from aegis_nb.saga.definition import SagaEntry
 from aegis_nb.saga.durable import JournalCorrupt, JournalUnavailable, SqliteJournal, read_runs
 from aegis_nb.saga.durable.runs import runs_table
 from aegis_nb.saga.durable.sqlitefile import LEDGER_APPLICATION_ID
@@ -227,7 +228,7 @@ def two_crashed_runs(path: Path, logfile: Path) -> None:
 
     async def scenario() -> None:
         for run_id in ("a", "b"):
-            saga = [(Note(), (str(logfile),), {}), (Hold(1), (str(logfile),), {})]
+            saga: list[SagaEntry] = [(Note(), (str(logfile),), {}), (Hold(1), (str(logfile),), {})]
             with pytest.raises(Crash):
                 await WorkflowEngine(journal=CrashingJournal(SqliteJournal(path), 5)).run_saga(
                     saga, name="trip", run_id=run_id

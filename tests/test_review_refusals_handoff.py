@@ -19,11 +19,12 @@ import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 from mcp import Client
+from mcp.types import RequestParamsMeta
 
 from aegis_nb import AegisContext, FailureKind, RetryPolicy, SagaRolledBack, WorkflowEngine
 from aegis_nb.kernel.errors import ToolError, ToolTimeoutError, is_refusal
@@ -254,7 +255,7 @@ async def test_a_call_whose_deadline_had_passed_on_arrival_is_refused_and_runs_n
 
     async with Client(app) as client:
         results = [
-            await client.call_tool(name, {}, meta={"aegis-nb/timeoutMs": 1e-300})
+            await client.call_tool(name, {}, meta=cast(RequestParamsMeta, {"aegis-nb/timeoutMs": 1e-300}))
             for name in ("trip", "charge")
         ]
     assert [marks(r) for r in results] == [(True, True, "-"), (True, True, "-")]

@@ -7,12 +7,12 @@ import re
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaRolledBack, ToolError, ToolTimeoutError
@@ -80,7 +80,7 @@ async def test_a_timed_out_tool_result_is_marked_in_doubt_and_a_refused_one_is_n
         sent = anyio.current_time()
         timed_out = await client.call_tool("charge", {"idempotency_key": "k"})
         never_started = await client.call_tool(
-            "charge", {"idempotency_key": "late"}, meta={TIMEOUT_META_KEY: 1e-300}
+            "charge", {"idempotency_key": "late"}, meta=cast(RequestParamsMeta, {TIMEOUT_META_KEY: 1e-300})
         )
     assert timed_out.meta is not None
     assert never_started.meta is not None
@@ -168,8 +168,8 @@ async def test_a_client_deadline_past_float_range_leaves_the_server_deadline(bud
         return "ok"
 
     async with Client(app) as client:
-        workflow = await client.call_tool("wf", {}, meta={TIMEOUT_META_KEY: budget})
-        plain = await client.call_tool("tool", {}, meta={TIMEOUT_META_KEY: budget})
+        workflow = await client.call_tool("wf", {}, meta=cast(RequestParamsMeta, {TIMEOUT_META_KEY: budget}))
+        plain = await client.call_tool("tool", {}, meta=cast(RequestParamsMeta, {TIMEOUT_META_KEY: budget}))
     assert (workflow.is_error, plain.is_error, plain.structured_content) == (False, False, {"result": "ok"})
     assert 29 < seen[0] <= 30
     assert request_deadline({TIMEOUT_META_KEY: budget}, None, 5.0) == math.inf

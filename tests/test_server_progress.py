@@ -30,7 +30,7 @@ def probe_server() -> AegisMCP:
     return app
 
 
-async def ignore(value: float, total: float | None, message: str | None) -> None:
+async def ignore(progress: float, total: float | None, message: str | None) -> None:
     return None
 
 

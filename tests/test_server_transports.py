@@ -100,8 +100,8 @@ class ProgressLog:
         self.expected = expected
         self.complete = anyio.Event()
 
-    async def __call__(self, value: float, total: float | None, message: str | None) -> None:
-        self.received.append((value, message))
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.received.append((progress, message))
         if len(self.received) == self.expected:
             self.complete.set()
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, RequestParamsMeta, TextContent, ToolAnnotations
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, ToolError
@@ -129,7 +129,7 @@ async def test_a_workflow_is_a_tool_with_an_input_and_output_schema() -> None:
 
 async def test_a_workflow_publishes_its_title_and_annotations_as_a_tool_does() -> None:
     app = AegisMCP("travel")
-    hints = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True)
+    hints = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
 
     @app.workflow("book", title="Book a trip", description="Fly, stay, pay.", annotations=hints)
     async def book(ctx: AegisContext) -> AegisContext:
@@ -275,10 +275,10 @@ async def test_an_unknown_tool_is_an_error() -> None:
 
 
 async def test_every_saga_event_becomes_a_progress_notification() -> None:
-    progress: list[tuple[float, float | None, str | None]] = []
+    notifications: list[tuple[float, float | None, str | None]] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, total, message))
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notifications.append((progress, total, message))
 
     async with Client(travel_server([])) as client:
         await client.call_tool(
@@ -286,7 +286,7 @@ async def test_every_saga_event_becomes_a_progress_notification() -> None:
             {"destination": "Lisbon", "nights": 3, "declined": True},
             progress_callback=on_progress,
         )
-    assert progress == [
+    assert notifications == [
         (1.0, None, "book_vacation started: BookFlight -> ReserveHotel -> ChargeCard"),
         (2.0, None, "step 1 of 3: executing BookFlight"),
         (3.0, None, "step 1 of 3: BookFlight done"),
@@ -324,7 +324,7 @@ def deadline_server() -> tuple[AegisMCP, list[float]]:
 async def test_the_client_deadline_in_meta_shortens_the_workflow_timeout() -> None:
     app, seen = deadline_server()
     async with Client(app) as client:
-        result = await client.call_tool("slow", {}, meta={TIMEOUT_META_KEY: 200})
+        result = await client.call_tool("slow", {}, meta=cast(RequestParamsMeta, {TIMEOUT_META_KEY: 200}))
     assert result.is_error is True
     assert result.structured_content is not None
     assert result.structured_content["report"]["failure_kind"] == "timeout"
@@ -357,7 +357,9 @@ async def test_the_workflow_timeout_applies_without_a_client_deadline() -> None:
 
     async with Client(app) as client:
         assert (await client.call_tool("server_default", {})).is_error is False
-        timed_out = await client.call_tool("own_timeout", {}, meta={TIMEOUT_META_KEY: 60_000})
+        timed_out = await client.call_tool(
+            "own_timeout", {}, meta=cast(RequestParamsMeta, {TIMEOUT_META_KEY: 60_000})
+        )
         assert (await client.call_tool("no_timeout", {})).is_error is False
     assert timed_out.structured_content is not None
     assert timed_out.structured_content["report"]["failure_kind"] == "timeout"
@@ -371,10 +373,12 @@ async def test_a_bad_client_deadline_is_refused_before_any_step_runs(bad: object
     log: list[str] = []
     async with Client(travel_server(log)) as client:
         result = await client.call_tool(
-            "book_vacation", {"destination": "Lisbon", "nights": 3}, meta={TIMEOUT_META_KEY: bad}
+            "book_vacation",
+            {"destination": "Lisbon", "nights": 3},
+            meta=cast(RequestParamsMeta, {TIMEOUT_META_KEY: bad}),
         )
     assert result == CallToolResult(
-        meta=result.meta,
+        _meta=result.meta,
         content=[
             TextContent(
                 type="text",
@@ -443,7 +447,7 @@ async def test_plain_tools_run_under_the_tool_deadline_and_refuse_in_their_own_w
 
     async with Client(app) as client:
         added = await client.call_tool("add", {"a": 2, "b": 3})
-        stalled = await client.call_tool("stall", {}, meta={TIMEOUT_META_KEY: 50})
+        stalled = await client.call_tool("stall", {}, meta=cast(RequestParamsMeta, {TIMEOUT_META_KEY: 50}))
         refused = await client.call_tool("refuse", {"reason": "sold out"})
         resource = await client.read_resource("travel://rules")
         prompt = await client.get_prompt("plan", {"city": "Rome"})

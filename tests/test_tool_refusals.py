@@ -8,12 +8,12 @@ failed in-doubt step is then compensated, live as in the journal.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaRolledBack, ToolError, is_refusal
@@ -172,7 +172,9 @@ async def test_workflows_mark_a_rollback_refused_and_leave_a_stuck_run_in_doubt(
     async with Client(app) as client:
         rolled_back = await client.call_tool("rolls_back", {})
         stuck = await client.call_tool("gets_stuck", {})
-        deadline_refused = await client.call_tool("bad_input", {"nights": 1}, meta={"aegis-nb/timeoutMs": -1})
+        deadline_refused = await client.call_tool(
+            "bad_input", {"nights": 1}, meta=cast(RequestParamsMeta, {"aegis-nb/timeoutMs": -1})
+        )
     outcomes = [
         (r.is_error, (r.meta or {}).get(REFUSED_META_KEY)) for r in (rolled_back, stuck, deadline_refused)
     ]

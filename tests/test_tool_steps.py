@@ -310,7 +310,12 @@ async def test_an_arguments_function_that_returns_no_mapping_refuses_without_cal
     agency, events = TravelAgency(), EventCapture()
     async with agency.connect() as session:
         fly = ToolPairStep(
-            session, "book_flight", "cancel_flight", name="Fly", in_doubt=True, arguments=lambda ctx: ["Os"]
+            session,
+            "book_flight",
+            "cancel_flight",
+            name="Fly",
+            in_doubt=True,
+            arguments=lambda ctx: ["Os"],  # type: ignore[arg-type, return-value]
         )
         with pytest.raises(SagaRolledBack) as failure:
             await WorkflowEngine().execute_saga([fly], AegisContext(), sinks=[events])
@@ -333,7 +338,11 @@ async def test_an_undo_arguments_function_that_returns_no_mapping_leaves_the_ste
     agency = TravelAgency(faults=FaultPlan({"charge_card": ToolFaults(declined=True)}))
     async with agency.connect() as session:
         fly = ToolPairStep(
-            session, "book_flight", "cancel_flight", name="Fly", undo_arguments=lambda ctx, r: None
+            session,
+            "book_flight",
+            "cancel_flight",
+            name="Fly",
+            undo_arguments=lambda ctx, r: None,  # type: ignore[arg-type, return-value]
         )
         card = ToolPairStep(
             session, "charge_card", "refund_card", name="Pay", arguments=lambda ctx: {"card": CARD}

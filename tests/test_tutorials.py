@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -24,8 +28,9 @@ NAMES = [
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
-def load(name: str) -> object:
-    return nbformat.read(NOTEBOOKS / name, as_version=4)
+def load(name: str) -> NotebookNode:
+    notebook: NotebookNode = nbformat.read(NOTEBOOKS / name, as_version=4)
+    return notebook
 
 
 def test_the_five_tutorials_are_there() -> None:

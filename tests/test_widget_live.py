@@ -105,7 +105,8 @@ def test_coalescer_flushes_at_most_once_per_interval_and_never_misses_the_last()
     assert not coalescer.pending
     coalescer.poke()  # right after a flush: throttled, owed
     assert coalescer.pending
-    clock.advance(0.05)
+    # mypy keeps `pending` narrowed to False across poke() (it does not re-read properties).
+    clock.advance(0.05)  # type: ignore[unreachable]
     assert len(flushed) == 4
     assert not coalescer.pending
 
@@ -313,6 +314,7 @@ async def test_registered_display_shows_a_run_as_its_static_diagram() -> None:
 
     InteractiveShell.clear_instance()
     shell = InteractiveShell.instance()
+    assert shell.display_formatter is not None
     try:
         run = await WorkflowEngine().run_saga([Step("A"), Step("B", fail=True)], AegisContext(), name="shown")
         register_display(shell)

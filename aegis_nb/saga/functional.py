@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, overload
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError
@@ -78,6 +78,30 @@ class FunctionStep:
         return f"<step {self.name}>"
 
 
+@overload
+def step(
+    fn: ExecuteFn,
+    *,
+    name: str | None = None,
+    timeout: float | None = None,
+    compensation_retry: RetryPolicy | None = None,
+    in_doubt: bool = False,
+    read_only: bool = False,
+) -> FunctionStep: ...
+
+
+@overload
+def step(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    timeout: float | None = None,
+    compensation_retry: RetryPolicy | None = None,
+    in_doubt: bool = False,
+    read_only: bool = False,
+) -> Callable[[ExecuteFn], FunctionStep]: ...
+
+
 def step(
     fn: ExecuteFn | None = None,
     *,
@@ -86,7 +110,7 @@ def step(
     compensation_retry: RetryPolicy | None = None,
     in_doubt: bool = False,
     read_only: bool = False,
-) -> Any:
+) -> FunctionStep | Callable[[ExecuteFn], FunctionStep]:
     """Decorator turning ``async def execute(ctx, ...)`` into a `FunctionStep` (with or without options)."""
 
     def wrap(execute: ExecuteFn) -> FunctionStep:
