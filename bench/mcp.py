@@ -174,11 +174,11 @@ def main() -> None:
         print(f"  {label:28s} {statistics.median(run[label] for run in runs):8.1f} µs per call")
     ratios = sorted(run["saga"] / run["direct"] for run in runs)
     print(
-        f"saga layer overhead: {statistics.median(ratios):.2f}x the direct tool "
+        f"saga layer overhead: {statistics.median(ratios):.3f}x the direct tool "
         f"(processes: {ratios[0]:.3f}-{ratios[-1]:.3f}x; target < 1.2x)"
     )
     keyed = statistics.median(run["saga"] / run["direct, passing keys"] for run in runs)
-    print(f"  (for scale: {keyed:.2f}x the direct tool passing the same idempotency keys)")
+    print(f"  (for scale: {keyed:.3f}x the direct tool passing the same idempotency keys)")
 
 
 if __name__ == "__main__":
