@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
+import anyio
 from mcp import Client, StdioServerParameters
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, RequestParamsMeta, TextContent
@@ -22,6 +24,9 @@ from aegis_nb.kernel.errors import ServerUnreachable, ToolError, ToolTimeoutErro
 from aegis_nb.kernel.report import exception_text
 from aegis_nb.kernel.values import JSON_LEAVES
 from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY
+
+_RESULT_CHECKER = "jsonschema"
+"""What the SDK's client checks structured results with: slow to import the first time."""
 
 
 class ToolCaller(Protocol):
@@ -35,9 +40,9 @@ class ToolSession:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        # The SDK validates structured results with jsonschema, whose first import takes seconds
-        # (it compiles grammars). Pay that when connecting, not inside the first step's deadline.
-        importlib.import_module("jsonschema")
+        # The SDK checks structured results with jsonschema, imported on first use: pay for it when
+        # connecting, not inside the first step's deadline (`connect` has imported it already).
+        importlib.import_module(_RESULT_CHECKER)
 
     async def call_tool(
         self,
@@ -124,6 +129,10 @@ async def connect(
     block comes out as itself, not wrapped in the client's task-group `ExceptionGroup`, so
     ``except SagaRolledBack`` around the block works.
     """
+    if _RESULT_CHECKER not in sys.modules:
+        # Where Jupyter is installed, this import compiles a grammar (rfc3987-syntax): about a second.
+        # In a worker thread it holds up only this connection, not every task on the loop.
+        await anyio.to_thread.run_sync(importlib.import_module, _RESULT_CHECKER)
     client = Client(target, **client_options)
     try:
         async with AsyncExitStack() as stack:
