@@ -9,10 +9,7 @@ fork: pytest's process has threads, and a forked child may inherit a lock one of
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +18,7 @@ import anyio
 import pytest
 
 from aegis_nb.saga.durable import JournalError, JournalUnavailable, read_runs
+from tests.durable_support import python_child
 from tests.test_journal_sqlite import make_journal
 
 NOBODY = 65534
@@ -57,14 +55,7 @@ def outcome(path: str) -> str:
 
 def as_unprivileged_user(path: Path) -> str:
     """The `outcome` of reading `path` for a user without root's powers over files."""
-    child = subprocess.run(
-        [sys.executable, "-c", READER, str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).parent.parent,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )
+    child = python_child("-c", READER, str(path))
     assert child.stderr == ""
     return child.stdout
 

@@ -6,8 +6,6 @@ import os
 import re
 import resource
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -18,7 +16,7 @@ from aegis_nb.cli import main
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.saga.definition import SagaEntry
 from aegis_nb.saga.durable import SqliteJournal, read_runs
-from tests.durable_support import Crash, CrashingJournal
+from tests.durable_support import Crash, CrashingJournal, python_child
 from tests.test_journal_sqlite import Hold, Note, lines, log
 
 ENGINE = WorkflowEngine()
@@ -157,22 +155,8 @@ def test_recover_stopped_part_way_by_its_journal_exits_1_and_the_next_recover_fi
             )
 
     anyio.run(crash)
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aegis_nb.cli",
-            "recover",
-            "--journal",
-            str(path),
-            "tests.test_journal_cli:ENGINE",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).parent.parent,
-        env={**os.environ, "FILL_THE_DISK": "1", "PYTHONDONTWRITEBYTECODE": "1"},
-    )
+    recover = ["-m", "aegis_nb.cli", "recover", "--journal", str(path), "tests.test_journal_cli:ENGINE"]
+    child = python_child(*recover, check=False, FILL_THE_DISK="1")
     assert (child.returncode, child.stderr, child.stdout.splitlines()) == (
         1,
         f"aegis-nb recover: stopped part-way: journal {str(path)!r}: could not write the journal "

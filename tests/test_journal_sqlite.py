@@ -12,7 +12,6 @@ import re
 import sqlite3
 import stat
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from aegis_nb.saga.durable import (
 from aegis_nb.saga.functional import FunctionStep, step
 from aegis_nb.testing import outline
 from tests.conftest import require
-from tests.durable_support import Act, Crash, CrashingJournal, World
+from tests.durable_support import Act, Crash, CrashingJournal, World, python_child
 
 pytestmark = pytest.mark.anyio
 
@@ -480,14 +479,7 @@ def test_a_journal_on_a_full_disk_fails_before_any_step(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     anyio.run(make_journal, path)
     before = file_digest(path)
-    child = subprocess.run(
-        [sys.executable, "-c", FULL_DISK_CHILD, str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).parent.parent,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )
+    child = python_child("-c", FULL_DISK_CHILD, str(path))
     assert child.stdout.startswith(f"journal {str(path)!r}: ")
     assert "disk I/O error" in child.stdout or "disk is full" in child.stdout
     assert child.stderr == ""
