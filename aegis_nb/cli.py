@@ -2,10 +2,9 @@
 
 Exit status: 0 done; 1 the command ran and could not finish its job (`recover` left runs stuck or
 unfinished, or its journal failed part-way; a server the app needs was unreachable; an extra is not
-installed); 2 refused before
-doing anything, because the command line or something it names cannot be used (a bad option, an app
-that does not import, a journal, ledger or port that cannot be had), as argparse's own usage errors;
-130 interrupted (Ctrl-C). Every failure is one line on stderr.
+installed); 2 refused before doing anything, because the command line or something it names cannot
+be used (a bad option, an app that does not import, a journal, ledger or port that cannot be had),
+as argparse's own usage errors; 130 interrupted (Ctrl-C). Every failure is one line on stderr.
 """
 
 from __future__ import annotations

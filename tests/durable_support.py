@@ -9,13 +9,9 @@ compensation code runs after it, as with a real SIGKILL.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 
@@ -125,16 +121,3 @@ class CrashingJournal:
             raise Crash
         await self.inner.append(event)
         self.seen.append(event)
-
-
-def python_child(*args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-    """This Python run on `args` in a process of its own, from the repository root (so `tests`
-    imports), with `env` added to the environment and no bytecode written; its output captured."""
-    return subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        check=check,
-        cwd=Path(__file__).parent.parent,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env},
-    )

@@ -19,8 +19,7 @@ from aegis_nb.cli import main
 from aegis_nb.mock import TravelAgency, travel_app
 from aegis_nb.saga.durable import SqliteJournal
 from aegis_nb.server.app import AegisMCP
-from tests.servers.launch import ROOT, Lines, free_port
-from tests.test_mock_cli_fixes import aegis_nb
+from tests.servers.launch import ROOT, Lines, aegis_nb, free_port
 
 JOURNAL_VARIABLE = "AEGIS_NB_TEST_JOURNAL"
 

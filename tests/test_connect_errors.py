@@ -14,8 +14,7 @@ from mcp.server.mcpserver import MCPServer
 
 from aegis_nb import ServerUnreachable, connect
 from aegis_nb.mock import travel_app
-from tests.servers.launch import ROOT, free_port
-from tests.test_mock_cli_fixes import aegis_nb
+from tests.servers.launch import ROOT, aegis_nb, free_port
 
 pytestmark = pytest.mark.anyio
 

@@ -7,12 +7,9 @@ run is a fresh interpreter, the only place where the module is not imported yet.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.servers.launch import ROOT
+from tests.servers.launch import python_child
 
 CHILD = """
 import sys, threading
@@ -41,7 +38,5 @@ anyio.run(main, backend=sys.argv[1])
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_connect_imports_the_result_checker_once_in_a_worker_thread(backend: str) -> None:
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD, backend], capture_output=True, text=True, check=False, cwd=ROOT
-    )
+    child = python_child("-c", CHILD, backend, check=False)
     assert (child.returncode, child.stderr, child.stdout) == (0, "", "[] [False]\n")

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from aegis_nb.saga.durable import JournalError, JournalUnavailable, read_runs
-from tests.durable_support import python_child
+from tests.servers.launch import python_child
 from tests.test_journal_sqlite import make_journal
 
 NOBODY = 65534
@@ -76,6 +76,6 @@ def test_a_journal_this_user_may_read_is_listed_even_where_it_may_not_write(shar
     path.chmod(0o444)
     shared_folder.chmod(0o555)  # nor create anything beside it
     try:
-        assert as_unprivileged_user(path) == ("returned ['committed', 'committed']")
+        assert as_unprivileged_user(path) == "returned ['committed', 'committed']"
     finally:
         shared_folder.chmod(0o777)

@@ -16,7 +16,8 @@ from aegis_nb.cli import main
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.saga.definition import SagaEntry
 from aegis_nb.saga.durable import SqliteJournal, read_runs
-from tests.durable_support import Crash, CrashingJournal, python_child
+from tests.durable_support import Crash, CrashingJournal
+from tests.servers.launch import aegis_nb
 from tests.test_journal_sqlite import Hold, Note, lines, log
 
 ENGINE = WorkflowEngine()
@@ -155,8 +156,7 @@ def test_recover_stopped_part_way_by_its_journal_exits_1_and_the_next_recover_fi
             )
 
     anyio.run(crash)
-    recover = ["-m", "aegis_nb.cli", "recover", "--journal", str(path), "tests.test_journal_cli:ENGINE"]
-    child = python_child(*recover, check=False, FILL_THE_DISK="1")
+    child = aegis_nb("recover", "--journal", str(path), "tests.test_journal_cli:ENGINE", FILL_THE_DISK="1")
     assert (child.returncode, child.stderr, child.stdout.splitlines()) == (
         1,
         f"aegis-nb recover: stopped part-way: journal {str(path)!r}: could not write the journal "

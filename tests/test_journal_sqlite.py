@@ -38,7 +38,8 @@ from aegis_nb.saga.durable import (
 from aegis_nb.saga.functional import FunctionStep, step
 from aegis_nb.testing import outline
 from tests.conftest import require
-from tests.durable_support import Act, Crash, CrashingJournal, World, python_child
+from tests.durable_support import Act, Crash, CrashingJournal, World
+from tests.servers.launch import python_child
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,6 @@ and seeded generators where they were.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -18,21 +16,7 @@ from aegis_nb.cli import main
 from aegis_nb.kernel.errors import ToolError
 from aegis_nb.mock import FaultPlan, ToolFaults, TravelAgency
 from aegis_nb.saga.durable import SqliteJournal
-
-ROOT = Path(__file__).parent.parent
-
-
-def aegis_nb(*argv: str) -> subprocess.CompletedProcess[str]:
-    """The command line in its own process, as a user runs it: exit code and whole stderr are real."""
-    return subprocess.run(
-        [sys.executable, "-m", "aegis_nb.cli", *argv],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+from tests.servers.launch import aegis_nb
 
 
 def empty_journal(path: Path) -> Path:

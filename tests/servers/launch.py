@@ -1,9 +1,11 @@
-"""Start `aegis-nb` servers as subprocesses for the transport and third-party client tests."""
+"""Run Python and `aegis-nb` as subprocesses: one-shot children, and servers for the transport and
+third-party client tests."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +19,26 @@ ROOT = Path(__file__).parent.parent.parent
 
 LINE_TIMEOUT = 60.0
 """Seconds to wait for an expected line: generous, since a loaded machine starts Python slowly."""
+
+
+def python_child(*args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+    """This Python run on `args` in a process of its own, from the repository root (so `tests`
+    imports), with `env` added to its environment and no bytecode written; its output captured."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
+
+
+def aegis_nb(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command line in its own process, as a user runs it: exit code and whole stderr are real."""
+    return python_child("-m", "aegis_nb.cli", *argv, check=False, **env)
 
 
 def free_port() -> int:
