@@ -246,7 +246,10 @@ def local_class_step() -> object:
             "its arguments cannot be journaled: args[0] is a Secret, and secrets are never written; "
             "pass it in the context metadata",
         ),
-        ((Note(), (), {"when": object()}), "its arguments cannot be journaled: kwargs['when'] is a object"),
+        (
+            (Note(), (), {"logfile": object()}),
+            "its arguments cannot be journaled: kwargs['logfile'] is a object",
+        ),
     ],
 )
 async def test_a_saga_recovery_could_not_rebuild_is_refused_before_any_step_runs(

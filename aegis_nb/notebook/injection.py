@@ -9,6 +9,7 @@ the report read as if the step itself had been slow or had failed.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ import anyio
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import AegisError
-from aegis_nb.saga.definition import step_name
+from aegis_nb.saga.definition import argument_receiver, step_name
 
 
 class InjectedFailure(AegisError):
@@ -70,6 +71,10 @@ class InjectedStep:
 
     async def compensate(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> object:
         return await self.step.compensate(ctx, *args, **kwargs)
+
+    def forwards_to(self, method: str) -> Callable[..., object] | None:
+        """What the wrapped step's `method` passes its arguments to: the wrapper adds none of its own."""
+        return argument_receiver(self.step, method)
 
     def __repr__(self) -> str:
         return f"<{self.name} with {self.fault}>"

@@ -178,7 +178,7 @@ class AegisMagics(Magics):
 
         options = parse_rehearse_options(line)
         plan = parse_plan(options.steps, cell or "", self.steps, self.namespace)
-        self.runner.check(plan)
+        self.runner.check(plan, "aegis_rehearse")
         settings = RunSettings(
             mock=options.mock,
             name=options.name or DEFAULT_SAGA_NAME,

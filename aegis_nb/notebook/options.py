@@ -207,7 +207,7 @@ def parse_saga_options(line: str) -> SagaOptions:
             seconds, f"%aegis_saga: --latency {step}=", positive=False
         )
     return SagaOptions(
-        steps=tuple(identifier(step, "a step name") for step in args.steps),
+        steps=line_steps(args.steps, "aegis_saga"),
         deadline=_seconds(args.deadline, "%aegis_saga: --deadline", positive=True),
         fail=fail,
         latency=latency,
@@ -228,13 +228,32 @@ def parse_rehearse_options(line: str) -> RehearseOptions:
     args = rehearse_parser().parse(line)
     timeout = _seconds(args.timeout, "%aegis_rehearse: --timeout", positive=True)
     return RehearseOptions(
-        steps=tuple(identifier(step, "a step name") for step in args.steps),
+        steps=line_steps(args.steps, "aegis_rehearse"),
         mock=_mock(args.mock, "aegis_rehearse"),
         timeout=timeout or DEFAULT_REHEARSAL_TIMEOUT,
         name=args.name,
         output=None if args.output is None else identifier(args.output, "-o VAR"),
         context=None if args.context is None else identifier(args.context, "--context VAR"),
     )
+
+
+def line_steps(words: Iterable[str], magic: str) -> tuple[str, ...]:
+    """The step names a magic's line lists; a step called with arguments is refused with the cell form.
+
+    The line is split like a shell's (quotes removed, words at spaces), so ``BookFlight("New York")``
+    cannot survive it intact; the cell form reads each line as Python, which can.
+    """
+    steps = []
+    for word in words:
+        name, paren, _ = word.partition("(")
+        if paren:
+            raise UsageError(
+                f"%{magic}: {name or word}(...) has arguments, which only the cell form takes: write "
+                f"%%{magic} (with the options) on the first line, then one step per line, "
+                f'e.g. {name or "BookFlight"}("Lisbon")'
+            )
+        steps.append(identifier(word, "a step name"))
+    return tuple(steps)
 
 
 def identifier(text: str, what: str) -> str:

@@ -23,7 +23,7 @@ from aegis_nb.notebook.injection import Fault
 from aegis_nb.notebook.mocktools import MOCK_VARIABLE, MockTools
 from aegis_nb.notebook.options import MockKind, SagaOptions
 from aegis_nb.notebook.plan import SagaPlan
-from aegis_nb.saga.definition import normalize_saga
+from aegis_nb.saga.definition import arguments_mismatch, normalize_saga
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import Sink
@@ -110,12 +110,19 @@ class SagaRunner:
         self.namespace = namespace
         self._mock_tools = mock_tools
 
-    def check(self, plan: SagaPlan) -> None:
-        """Reject a malformed saga before anything runs, in one line."""
+    def check(self, plan: SagaPlan, magic: str = "aegis_saga") -> None:
+        """Reject a malformed saga before anything runs, in one line (`magic` is the one to hint at)."""
         try:
             normalize_saga(plan.entries())
         except SagaDefinitionError as exc:
-            raise UsageError(str(exc)) from None
+            message = str(exc)
+            misfit = [p.name for p in plan.steps if arguments_mismatch(p.step, p.args, p.kwargs)]
+            if misfit:
+                message += (
+                    f"; a magic gives steps their arguments in the cell form: %%{magic} on the first "
+                    f"line, then one step per line, e.g. {misfit[0]}(...)"
+                )
+            raise UsageError(message) from None
 
     def bind_mock(self, mock: MockKind | None) -> MockTools | None:
         """Make the mock tools available as a variable (``travel``); returns them."""

@@ -69,6 +69,10 @@ class FunctionStep:
             )
         return await self._compensate(ctx, *args, **kwargs)
 
+    def forwards_to(self, method: str) -> Callable[..., object] | None:
+        """The function `method` passes its arguments to, so a saga can check them before it runs."""
+        return self._execute if method == "execute" else self._compensate
+
     @property
     def is_complete(self) -> bool:
         """True when the step can be undone (or has nothing to undo)."""
