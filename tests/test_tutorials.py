@@ -6,6 +6,7 @@ that the stored outputs exist, came from one clean run in order, and show withou
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,3 +63,26 @@ def test_the_quickstart_shows_a_rollback_in_its_third_cell() -> None:
     )
     html = next(o.data["text/html"] for o in third.outputs if "text/html" in o.get("data", {}))
     assert re.search(r'alt="book_vacation: rolled back — ', html)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_stored_kernelspec_is_ipykernels_so_opening_changes_nothing(name: str) -> None:
+    kernel = pytest.importorskip("ipykernel.kernelspec").get_kernel_dict()
+    assert dict(load(name).metadata.kernelspec) == {
+        "display_name": kernel["display_name"],
+        "language": "python",
+        "name": "python3",
+    }
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_markdown_pictures_travel_with_the_notebook_as_attachments(name: str) -> None:
+    for cell in load(name).cells:
+        if cell.cell_type != "markdown":
+            continue
+        linked = re.findall(r"!\[[^\]]*\]\(([^)]*)\)", cell.source)
+        assert [link for link in linked if not link.startswith("attachment:")] == []
+        attached = cell.get("attachments", {})
+        assert sorted(link.removeprefix("attachment:") for link in linked) == sorted(attached)
+        for picture in attached.values():
+            assert base64.b64decode(picture["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
