@@ -199,6 +199,7 @@ _EMPTY_JOURNAL = "bad --journal: empty path (name the journal file)"
 
 def _runs(args: argparse.Namespace) -> int:
     """List a journal's runs with their status, or replay one run's events as text."""
+    from aegis_nb.kernel.printable import printable_line
     from aegis_nb.saga.durable import JournalError, read_run, read_runs
     from aegis_nb.saga.durable.runs import runs_table
     from aegis_nb.saga.trace import describe
@@ -218,7 +219,8 @@ def _runs(args: argparse.Namespace) -> int:
         missing = f"no run {args.run!r} in {args.journal} ({listing} lists them)"
         raise Refused(f"aegis-nb runs: {missing}") from None
     except JournalError as exc:
-        raise Refused(f"aegis-nb runs: {exc}") from None
+        # It may quote what the journal holds (a run id), which anyone who could write it chose.
+        raise Refused(f"aegis-nb runs: {printable_line(str(exc))}") from None
     for line in runs_table(runs):
         print(line)
     return 0
@@ -228,6 +230,7 @@ def _recover(args: argparse.Namespace) -> int:
     """Finish the unfinished runs of a journal, rebuilding steps as the app `module:app` defines them."""
     import anyio
 
+    from aegis_nb.kernel.printable import printable_line
     from aegis_nb.saga.durable import JournalError, JournalUnavailable, RecoveryIncomplete, SqliteJournal
     from aegis_nb.saga.durable.sqlitefile import check_regular
     from aegis_nb.saga.engine import WorkflowEngine
@@ -265,7 +268,8 @@ def _recover(args: argparse.Namespace) -> int:
         nonlocal begun
         begun = True
         # Runs are recovered concurrently: each line names its run, or their lines would mix.
-        print(f"[{event.run_id}] {describe(event)}", flush=True)
+        # The run id and what the errors say come from the journal: shown, never obeyed.
+        print(f"[{printable_line(event.run_id)}] {describe(event)}", flush=True)
 
     recovering = WorkflowEngine(
         compensation_retry=engine.compensation_retry,
@@ -279,7 +283,7 @@ def _recover(args: argparse.Namespace) -> int:
             try:
                 runs = await recovering.recover()
             except RecoveryIncomplete as exc:
-                print(f"aegis-nb recover: {exc}", file=sys.stderr)
+                print(f"aegis-nb recover: {printable_line(str(exc))}", file=sys.stderr)
                 runs = exc.runs
                 left = len(exc.problems)
             except JournalError as exc:
@@ -287,7 +291,7 @@ def _recover(args: argparse.Namespace) -> int:
                     raise  # nothing was undone yet: the journal could not be used (exit 2)
                 # Part-way through: what was undone stays undone, and what the journal could not
                 # record stays unfinished in it, for the next recover.
-                print(f"aegis-nb recover: stopped part-way: {exc}", file=sys.stderr)
+                print(f"aegis-nb recover: stopped part-way: {printable_line(str(exc))}", file=sys.stderr)
                 return 1
             else:
                 left = 0
@@ -299,7 +303,7 @@ def _recover(args: argparse.Namespace) -> int:
     try:
         return anyio.run(recover)
     except JournalError as exc:
-        raise Refused(f"aegis-nb recover: {exc}") from None
+        raise Refused(f"aegis-nb recover: {printable_line(str(exc))}") from None
 
 
 def _port(text: str) -> int:

@@ -18,8 +18,8 @@ from aegis_nb.diagram import labels
 from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, LaneKind, layout
 from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
 from aegis_nb.diagram.svg import LANE_LOOKS, STATUS_COLOURS, render_svg
+from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.kernel.report import SagaStatus
-from aegis_nb.kernel.text import replace_surrogates
 
 DOT_TIMEOUT = 30.0
 _ENTITY = re.compile("&(?=#?[0-9A-Za-z]+;)")  # the start of what graphviz would read as an entity
@@ -44,11 +44,14 @@ class GraphRendering:
 def quote(value: str) -> str:
     """A DOT double-quoted string that graphviz shows as `value`, and that encodes as UTF-8.
 
-    Graphviz decodes HTML entities in every label, so the ``&`` of one (``a &lt; b``) becomes
-    ``&amp;`` (a lone ``&`` is drawn as it is); lone surrogates become U+FFFD, which `dot` can read.
+    Each ``\\n`` is a line break of the label. Every other control character is shown as its escape
+    (`printable`): graphviz copies C0 characters into its SVG, which XML then refuses, and would
+    draw bidi overrides. Graphviz decodes HTML entities in every label, so the ``&`` of one
+    (``a &lt; b``) becomes ``&amp;`` (a lone ``&`` is drawn as it is); lone surrogates become
+    U+FFFD, which `dot` can read.
     """
-    escaped = replace_surrogates(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return '"' + _ENTITY.sub("&amp;", escaped) + '"'
+    lines = (printable(line).replace("\\", "\\\\").replace('"', '\\"') for line in value.split("\n"))
+    return '"' + _ENTITY.sub("&amp;", "\\n".join(lines)) + '"'
 
 
 def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> str:
@@ -61,7 +64,7 @@ def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> s
         elif message.kind is MessageKind.COMPENSATE:
             attempts[message.step] = message.attempt
     status = labels.STATUS_WORDS[model.status]
-    title = f"{model.saga or 'saga'} · {status}"
+    title = f"{printable_line(model.saga or 'saga')} · {status}"
     lines = [
         "digraph saga {",
         f"  graph [rankdir=LR, bgcolor={quote('#ffffff')}, label={quote(title)}, labelloc=t, "

@@ -1,7 +1,9 @@
 """The words of the diagrams: durations, arrow labels, status names, summaries. Shared by every view.
 
 Only names, timings and the engine's already secret-scrubbed `ErrorInfo` text are ever used, never
-context metadata, so no view can leak a `Secret`.
+context metadata, so no view can leak a `Secret`. Names and error text are untrusted (an upstream
+tool's message): every one is made a printable line here (`printable_line`), so each view shows the
+same visible escapes instead of control characters.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
+from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
-from aegis_nb.kernel.text import counted, one_line
+from aegis_nb.kernel.text import counted
 
 STATUS_WORDS: dict[SagaStatus, str] = {
     SagaStatus.RUNNING: "running",
@@ -41,15 +44,16 @@ def duration(seconds: float) -> str:
 
 
 def clip(text: str, limit: int) -> str:
-    """`text` on one line, cut to `limit` characters with an ellipsis."""
-    text = one_line(text)
+    """`text` as one printable line, cut to `limit` characters with an ellipsis."""
+    text = printable_line(text)
     return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
 
 
 def error_text(error: ErrorInfo | None) -> str:
+    """``ValueError: Card Declined!`` as one printable line."""
     if error is None:
         return "failed"
-    return f"{error.type}: {error.message}" if error.message else error.type
+    return printable_line(f"{error.type}: {error.message}" if error.message else error.type)
 
 
 def message_label(message: Message) -> str:
@@ -91,7 +95,7 @@ def headline(model: SequenceModel) -> str:
     parts = [counted(n, "step"), duration(model.elapsed)]
     if model.has_deadline:
         parts.append(f"deadline {duration(model.deadline - model.started)}")
-    parts.append(f"run {model.run_id[:8]}")
+    parts.append(f"run {printable(model.run_id[:8])}")  # a caller may choose the run id
     return " · ".join(parts)
 
 
@@ -99,7 +103,7 @@ def cause_line(model: SequenceModel) -> str | None:
     """Why the run rolled back, naming the step; ``None`` while nothing failed."""
     if model.cause is None and model.failure is None:
         return None
-    where = "" if model.failed_step is None else f"{model.steps[model.failed_step]}: "
+    where = "" if model.failed_step is None else f"{printable_line(model.steps[model.failed_step])}: "
     if model.failure is FailureKind.TIMEOUT:
         budgets = [
             m.budget for m in model.messages if m.kind is MessageKind.TIMED_OUT and m.budget is not None
@@ -117,8 +121,9 @@ _LISTED = 8  # names listed in a summary before it says "N steps, first … last
 def names(items: Sequence[object]) -> str:
     """``A, B, C``, or ``1000 steps: A, B … Z`` when there are too many to list."""
     if len(items) <= _LISTED:
-        return ", ".join(str(item) for item in items)
-    return f"{len(items)} steps: {items[0]}, {items[1]} … {items[-1]}"
+        return ", ".join(printable_line(str(item)) for item in items)
+    first, second, last = (printable_line(str(item)) for item in (items[0], items[1], items[-1]))
+    return f"{len(items)} steps: {first}, {second} … {last}"
 
 
 def summary(model: SequenceModel) -> str:
@@ -130,7 +135,7 @@ def summary(model: SequenceModel) -> str:
         if not report.compensation_failures:
             return f"{reason} — rolled back: {undone}"
         standing = "; ".join(
-            f"{f.step} ({f.error}, after {counted(f.attempts, 'attempt')})"
+            f"{printable_line(f.step)} ({f.error}, after {counted(f.attempts, 'attempt')})"
             for f in report.compensation_failures[:_LISTED]
         )
         more = len(report.compensation_failures) - _LISTED
@@ -147,4 +152,4 @@ def summary(model: SequenceModel) -> str:
     if not running:
         return "started"
     index = running[-1]
-    return f"running step {index + 1} of {len(model.steps)}: {model.steps[index]}"
+    return f"running step {index + 1} of {len(model.steps)}: {printable_line(model.steps[index])}"

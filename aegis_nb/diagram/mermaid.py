@@ -17,8 +17,8 @@ import re
 
 from aegis_nb.diagram import labels
 from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
+from aegis_nb.kernel.printable import printable_line
 from aegis_nb.kernel.report import FailureKind, SagaStatus
-from aegis_nb.kernel.text import replace_surrogates
 
 ROLLBACK_COLOUR = "rgba(220, 38, 38, 0.12)"  # mermaid's own text reads on it, on light and dark themes
 _ENTITIES = {"#": "#35;", ";": "#59;", "<": "#lt;", ">": "#gt;", "%": "#37;"}
@@ -28,8 +28,9 @@ _UNSAFE = re.compile("[#;<>%]")
 
 
 def text(value: str) -> str:
-    """`value` on one line and safe as mermaid text: ``#;<>%`` become entity codes, lone surrogates U+FFFD."""
-    return _UNSAFE.sub(lambda m: _ENTITIES[m.group()], replace_surrogates(" ".join(value.split())))
+    """`value` as one printable line (`printable_line`) and safe as mermaid text: ``#;<>%`` become
+    entity codes."""
+    return _UNSAFE.sub(lambda m: _ENTITIES[m.group()], printable_line(value))
 
 
 def render_mermaid(model: SequenceModel) -> str:

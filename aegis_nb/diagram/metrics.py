@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from aegis_nb.kernel.text import one_line
+from aegis_nb.kernel.printable import printable_line
 
 ELLIPSIS = "…"
 
@@ -43,11 +43,11 @@ def text_width(text: str, size: float, *, bold: bool = False) -> float:
 
 
 def fit(text: str, room: float, size: float, *, bold: bool = False) -> str:
-    """`text` on one line, cut with an ellipsis so that it takes at most `room` pixels.
+    """`text` as one printable line, cut with an ellipsis so that it takes at most `room` pixels.
 
     Keeps at least one character and the ellipsis, like `labels.clip`, however small the room.
     """
-    text = one_line(text)
+    text = printable_line(text)
     if text_width(text, size, bold=bold) <= room:
         return text
     budget = room - text_width(ELLIPSIS, size, bold=bold)
@@ -65,7 +65,7 @@ def wrap(text: str, room: float, size: float, *, bold: bool = False, max_lines: 
 
     A word longer than a line is cut; what does not fit in the last line ends with an ellipsis.
     """
-    words = one_line(text).split(" ")
+    words = printable_line(text).split(" ")
     lines: list[str] = []
     current = ""
     for index, word in enumerate(words):

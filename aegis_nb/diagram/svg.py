@@ -4,8 +4,8 @@ Drawn like the documentation's mermaid picture (the engine and one lifeline per 
 arrows and their replies, a red rollback box holding the `compensate()` arrows, newest first) and
 coloured by outcome. Same model, same bytes: no clock, no randomness, no global counter. Element ids
 derive from the run id and the number of events, so several diagrams inlined in one page never
-share an id; names and error text are escaped, and made valid XML text (see `esc`). Huge runs are
-folded by `layout`.
+share an id; names and error text are escaped, and made valid XML text with their control
+characters shown as escapes (see `esc`). Huge runs are folded by `layout`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from aegis_nb.diagram import labels
 from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, DEFAULT_MAX_ROWS, Lane, LaneKind, Row, RowKind, layout
 from aegis_nb.diagram.metrics import fit, text_width, wrap
 from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
+from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.kernel.report import SagaStatus
-from aegis_nb.kernel.text import counted, replace_surrogates
+from aegis_nb.kernel.text import counted
 
 FONT = "ui-sans-serif,system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif"
 
@@ -87,12 +88,16 @@ FEET_AFTER_ROWS = 16  # taller diagrams repeat the lane heads at the bottom, as 
 ROLLBACK_LEFT = PAD + GUTTER - 8  # the rollback box's left edge, just right of the row times
 WIDE_LANES = 7  # wider diagrams name the step in each label and set it by the step's end
 
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_NONCHARACTERS = re.compile("[\ufffe\uffff]")  # XML forbids them; they mean nothing to show
 
 
 def esc(text: str) -> str:
-    """Text safe inside an SVG element or attribute: escaped, and only characters XML allows."""
-    return escape(replace_surrogates(_XML_INVALID.sub("", text)), quote=True)
+    """Text safe inside an SVG element or attribute: escaped, and only characters XML allows.
+
+    XML 1.0 forbids most C0 characters even as character references (``&#1;``): they, and the
+    other controls (bidi overrides reorder the drawn text), are shown as escapes (`printable`).
+    """
+    return escape(printable(_NONCHARACTERS.sub("", text)), quote=True)
 
 
 def id_prefix(model: SequenceModel) -> str:
@@ -151,7 +156,7 @@ class _Drawing:
             return "Workflow Engine"
         if lane.kind is LaneKind.FOLD:
             return f"⋯ {lane.folded} steps"
-        return self.model.steps[lane.first]
+        return printable_line(self.model.steps[lane.first])  # measured as it is drawn
 
     # -- drawing --------------------------------------------------------------------------------
 
@@ -175,7 +180,7 @@ class _Drawing:
         return "\n".join(parts) + "\n"
 
     def _aria(self) -> str:
-        title = self.model.saga or "saga"
+        title = printable_line(self.model.saga or "saga")
         return f"{title}: {labels.STATUS_WORDS[self.model.status]} — {labels.summary(self.model)}"
 
     def _defs(self) -> str:
@@ -358,7 +363,7 @@ class _Drawing:
         label = labels.message_label(message)
         ink = INK if kind is MessageKind.EXECUTE else colour
         offset = message.time - self.model.started
-        step = self.model.steps[message.step]
+        step = printable_line(self.model.steps[message.step])
         shown = labels.clip(f"{step}: {label}" if self.wide else label, 110)
         if len(shown) * CHAR_W + 20 > x1 - x0:
             # Longer than its arrow: from the engine rightwards, cut where the drawing ends (the

@@ -1,7 +1,9 @@
 """The sequence diagram as plain text: for terminals, logs, `make demo` and `text/plain` bundles.
 
 One line per arrow, with its time since the start, the step it goes to and what it says; the
-rollback rows sit inside a bracket. Folds huge runs exactly as the SVG does.
+rollback rows sit inside a bracket. Folds huge runs exactly as the SVG does. Names and error text
+are shown as printable lines (`printable_line`): an escape sequence in a tool's error cannot clear
+the screen or overwrite a row, nor a newline start a fake one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from aegis_nb.diagram.layout import (
     layout,
 )
 from aegis_nb.diagram.model import SequenceModel
-from aegis_nb.kernel.text import one_line, replace_surrogates
+from aegis_nb.kernel.printable import printable_line
 
 _NAME_LIMIT = 28
 
@@ -25,16 +27,17 @@ _NAME_LIMIT = 28
 def render_text(
     model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES, max_rows: int = DEFAULT_MAX_ROWS
 ) -> str:
-    """The whole run as text, ending with a newline; valid UTF-8 (lone surrogates become U+FFFD)."""
+    """The whole run as text, ending with a newline: no control character but the line ends, and
+    valid UTF-8 (lone surrogates become U+FFFD)."""
     if not model.run_id:
         return "(no saga has started yet)\n"
     plan = layout(model, max_lanes=max_lanes, max_rows=max_rows)
     status = labels.STATUS_WORDS[model.status].upper()
     # A saga name or an error may span lines (a validation error does): each row stays one line.
-    lines = [one_line(f"{model.saga} — {status} · {labels.headline(model)}")]
+    lines = [printable_line(f"{model.saga} — {status} · {labels.headline(model)}")]
     cause = labels.cause_line(model)
     if cause:
-        lines.append(f"✗ {one_line(cause)}")
+        lines.append(f"✗ {cause}")
     lines.append("")
     names = [_lane_name(model, plan, row) for row in plan.rows]
     width = max((len(name) for name in names), default=0)
@@ -47,9 +50,8 @@ def render_text(
         lines.append(f"{bar}{_row(model, row, name, width)}".rstrip())
     if bar != "  ":
         lines.append("└─")
-    lines.append(one_line(labels.summary(model)))
-    # Lone surrogates (undecodable bytes in a name or error) would make `print` or a file write fail.
-    return replace_surrogates("\n".join(lines) + "\n")
+    lines.append(printable_line(labels.summary(model)))
+    return "\n".join(lines) + "\n"
 
 
 def _lane_name(model: SequenceModel, plan: Layout, row: Row) -> str:

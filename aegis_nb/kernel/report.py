@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from aegis_nb.kernel.printable import printable_line
 from aegis_nb.kernel.text import counted
 
 
@@ -61,7 +62,9 @@ class ErrorInfo:
         return cls(type(exc).__name__, scrub(exception_text(exc), secrets), refused=is_refusal(exc))
 
     def __str__(self) -> str:
-        return self.message or self.type
+        """The message (else the type) as one printable line: it may be an untrusted tool's words,
+        escape sequences included. The fields keep the original text."""
+        return printable_line(self.message) or printable_line(self.type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +98,15 @@ class SagaReport:
 
     def summary(self) -> str:
         """One line a person can act on, e.g. ``Card Declined! — rolled back: ReserveHotel, BookFlight``."""
+        # Names and error text are untrusted (an upstream tool's message): shown, never obeyed.
         if self.status is SagaStatus.COMMITTED:
-            return f"committed: {', '.join(self.steps)}"
+            return f"committed: {_listed(self.steps)}"
         reason = str(self.cause) if self.cause is not None else "failed"
-        undone = ", ".join(self.compensated) or "nothing to undo"
+        undone = _listed(self.compensated) or "nothing to undo"
         if not self.compensation_failures:
             return f"{reason} — rolled back: {undone}"
         standing = "; ".join(
-            f"{f.step} ({f.error}, after {counted(f.attempts, 'attempt')})"
+            f"{printable_line(f.step)} ({f.error}, after {counted(f.attempts, 'attempt')})"
             for f in self.compensation_failures
         )
         return f"{reason} — could not undo: {standing} — rolled back: {undone}"
@@ -136,6 +140,10 @@ class SagaReport:
                 for f in self.compensation_failures
             ],
         }
+
+
+def _listed(names: Iterable[str]) -> str:
+    return ", ".join(printable_line(name) for name in names)
 
 
 def exception_text(exc: BaseException) -> str:

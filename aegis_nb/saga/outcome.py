@@ -7,6 +7,7 @@ from functools import cached_property
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaFailed
+from aegis_nb.kernel.printable import printable_line
 from aegis_nb.kernel.report import SagaReport, SagaStatus
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.history import fold_report
@@ -58,4 +59,5 @@ class SagaRun:
         return self.context
 
     def __repr__(self) -> str:
-        return f"<SagaRun {self.saga} {self.run_id} {self.status.value}: {self.report.summary()}>"
+        saga, run_id = printable_line(self.saga), printable_line(self.run_id)  # names are shown, not obeyed
+        return f"<SagaRun {saga} {run_id} {self.status.value}: {self.report.summary()}>"

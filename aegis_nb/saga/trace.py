@@ -1,14 +1,15 @@
 """One readable line per event, for terminals, logs and `make demo`.
 
-Names and error text are the user's, and may hold newlines (a validation error, a traceback) or lone
-surrogates (undecodable bytes from ``os.fsdecode``): `_flat` puts them on one printable line.
+Names and error text are the user's or an upstream tool's, and may hold newlines (a validation
+error, a traceback), lone surrogates (undecodable bytes from ``os.fsdecode``) or escape sequences
+that would drive the terminal: `_flat` puts them on one printable line (`printable_line`).
 """
 
 from __future__ import annotations
 
 import math
 
-from aegis_nb.kernel.text import one_line, replace_surrogates
+from aegis_nb.kernel.printable import printable_line
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,
@@ -31,7 +32,7 @@ def _ms(seconds: float) -> str:
 
 def _flat(text: object) -> str:
     """`text` on one printable line."""
-    return replace_surrogates(one_line(str(text)))
+    return printable_line(str(text))
 
 
 def describe(event: SagaEvent) -> str:

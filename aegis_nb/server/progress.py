@@ -4,7 +4,8 @@ Engine sinks are synchronous and must not block, while progress notifications ar
 A `RequestObserver` records the request's events; a task of the request sends them on through
 ``ctx.report_progress``. Progress counts events (so it only grows,
 as MCP requires, through compensation too); the message says what happens ("step 2 of 3:
-executing ReserveHotel", "compensating BookFlight").
+executing ReserveHotel", "compensating BookFlight"), as one printable line: a client may show it
+in a terminal, and names and errors may hold an upstream tool's escape sequences.
 
 All of that only when the client sent a progress token (`progress_sender`): a request without
 one just records its events, with no task and no per-event work.
@@ -19,6 +20,7 @@ from typing import Any
 import anyio
 from mcp.server.context import ServerRequestContext
 
+from aegis_nb.kernel.printable import printable_line
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,
@@ -79,7 +81,11 @@ def _sends_no_progress(dispatch: object) -> bool:
 
 
 def progress_message(event: SagaEvent, total_steps: int) -> str:
-    """The human-readable progress line for one event."""
+    """The human-readable progress line for one event, with no control character (`printable_line`)."""
+    return printable_line(_words(event, total_steps))
+
+
+def _words(event: SagaEvent, total_steps: int) -> str:
     if isinstance(event, StepEvent):
         where = f"step {event.index + 1} of {total_steps}"
         match event:

@@ -9,9 +9,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from aegis_nb.kernel.printable import printable_line
 from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import SagaStatus
-from aegis_nb.kernel.text import counted, one_line, replace_surrogates
+from aegis_nb.kernel.text import counted
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.codec import SCHEMA_VERSION, RecordError, decode_event, dumps, loads
 from aegis_nb.saga.durable.errors import JournalCorrupt, JournalTooNew
@@ -149,8 +150,9 @@ def _aligned(row: tuple[str, ...], widths: list[int]) -> list[str]:
 
 
 def _flat(text: str) -> str:
-    """A name on one printable line: a newline would break the table, a lone surrogate the print."""
-    return replace_surrogates(one_line(text))
+    """A name on one printable line: a newline would break the table, a lone surrogate the print, an
+    escape sequence (the journal's, so anyone's who could write it) the terminal."""
+    return printable_line(text)
 
 
 def read_runs(path: Path | str) -> tuple[RunInfo, ...]:
