@@ -3,8 +3,9 @@
 Exit status: 0 done; 1 the command ran and could not finish its job (`recover` left runs stuck or
 unfinished, or its journal failed part-way; a server the app needs was unreachable; an extra is not
 installed); 2 refused before doing anything, because the command line or something it names cannot
-be used (a bad option, an app that does not import, a journal, ledger or port that cannot be had),
-as argparse's own usage errors; 130 interrupted (Ctrl-C). Every failure is one line on stderr.
+be used (a bad option, an app that does not import, a journal, ledger or port that cannot be had,
+HTTP off loopback with no --allow-host), as argparse's own usage errors; 130 interrupted (Ctrl-C).
+Every failure is one line on stderr.
 """
 
 from __future__ import annotations
@@ -91,17 +92,67 @@ def _load_app(spec: str) -> Any:
     return app
 
 
+_HTTP_OPTIONS = (
+    "host",
+    "port",
+    "allow_host",
+    "allow_origin",
+    "token",
+    "max_sessions",
+    "session_idle_timeout",
+    "unused_session_timeout",
+)
+"""The options only streamable HTTP uses (their defaults are None, so that giving one is seen)."""
+
+_SESSION_LIMITS = ("max_sessions", "session_idle_timeout", "unused_session_timeout")
+"""Options named as `HttpSecurity`'s fields, whose defaults are its own."""
+
+
 def _check_transport_options(command: str, args: argparse.Namespace) -> None:
-    """Over stdio, a --port or --host would be ignored: the server would wait on stdin, saying nothing."""
+    """Over stdio, an HTTP option would be ignored: the server would wait on stdin, saying nothing."""
     if args.transport == "http":
         args.host = "127.0.0.1" if args.host is None else args.host
         args.port = 8000 if args.port is None else args.port
-    elif args.host is not None or args.port is not None:
-        given = [f"--{name}" for name in ("host", "port") if getattr(args, name) is not None]
+        return
+    given = [f"--{name.replace('_', '-')}" for name in _HTTP_OPTIONS if getattr(args, name) is not None]
+    if given:
         verb = "needs" if len(given) == 1 else "need"
         raise Refused(
             f"aegis-nb {command}: {' and '.join(given)} {verb} --transport http (stdio has no address)"
         )
+
+
+def _http_security(command: str, args: argparse.Namespace) -> Any:
+    """The `HttpSecurity` the options ask for (the token from --token, else $AEGIS_NB_TOKEN), or Refused:
+    off loopback without --allow-host, nothing may be served."""
+    import os
+
+    from aegis_nb.kernel.values import Secret
+    from aegis_nb.server.http_security import TOKEN_ENV, HttpSecurity, UnsafeServing, check_token
+
+    token = args.token  # argparse checked it
+    if token is None and (token := os.environ.get(TOKEN_ENV)) is not None:
+        try:
+            check_token(Secret(token))
+        except ValueError as exc:  # an empty one is an unset variable: serving open would be a surprise
+            raise Refused(f"aegis-nb {command}: bad {TOKEN_ENV}: {exc}") from None
+    limits = {name: getattr(args, name) for name in _SESSION_LIMITS if getattr(args, name) is not None}
+    security = HttpSecurity(
+        allowed_hosts=tuple(args.allow_host or ()),
+        allowed_origins=tuple(args.allow_origin or ()),
+        token=None if token is None else Secret(token),
+        **limits,
+    )
+    try:
+        security.transport_security(args.host)
+    except UnsafeServing:
+        raise Refused(
+            f"aegis-nb {command}: refusing to serve on {args.host}, off loopback, without --allow-host:"
+            " pass --allow-host HOST[:PORT] for each name clients reach the server by, and --allow-origin"
+            f" URL for each web origin allowed to call it (none by default); set {TOKEN_ENV} to require"
+            " a bearer token; or serve on 127.0.0.1"
+        ) from None
+    return security
 
 
 def _check_address(command: str, host: str, port: int) -> None:
@@ -152,17 +203,31 @@ def _check_journal(command: str, app: Any) -> None:
 
 
 def _serve_app(command: str, app: Any, args: argparse.Namespace) -> int:
-    from aegis_nb.server.app import AegisMCP
+    import anyio
 
+    from aegis_nb.server.app import AegisMCP
+    from aegis_nb.server.http_security import serve_http
+
+    security = _http_security(command, args) if args.transport == "http" else None
     _check_journal(command, app)
-    if args.transport == "http":
-        _check_address(command, args.host, args.port)
-    if isinstance(app, AegisMCP):
-        app.run(args.transport, host=args.host, port=args.port)
-    elif args.transport == "stdio":
+    if security is None:
         app.run("stdio")
-    else:
-        app.run("streamable-http", host=args.host, port=args.port)
+        return 0
+    _check_address(command, args.host, args.port)
+    if isinstance(app, AegisMCP):
+        app.run(
+            "http",
+            host=args.host,
+            port=args.port,
+            allowed_hosts=args.allow_host or (),
+            allowed_origins=args.allow_origin or (),
+            token=security.token,
+            max_sessions=security.max_sessions,
+            session_idle_timeout=security.session_idle_timeout,
+            unused_session_timeout=security.unused_session_timeout,
+        )
+    else:  # any other MCPServer, served as safely: uvicorn serves on asyncio only
+        anyio.run(serve_http, app, args.host, args.port, security, backend="asyncio")
     return 0
 
 
@@ -317,12 +382,92 @@ def _port(text: str) -> int:
     return port
 
 
+def _count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {count}")
+    return count
+
+
+def _seconds(text: str) -> float:
+    import math
+
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def _checked(check: str) -> Callable[[str], str]:
+    """An argparse type that checks a value with `aegis_nb.server.http_security`'s `check` and keeps it.
+
+    Imported when an option is given, not when the parser is built (it needs the mcp extra). The
+    token's check says what is wrong without repeating it: it would land on the screen and in logs.
+    """
+
+    def parse(text: str) -> str:
+        from aegis_nb.kernel.values import Secret
+        from aegis_nb.server import http_security
+
+        try:
+            if check == "token":
+                http_security.check_token(Secret(text))
+            else:
+                getattr(http_security, check)(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return parse
+
+
 def _add_transport_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default: stdio")
     # No defaults here: `_check_transport_options` refuses them over stdio, then fills them in.
     parser.add_argument("--host", help="HTTP host (default 127.0.0.1)")
     parser.add_argument(
         "--port", type=_port, help="HTTP port (default 8000; 0 picks a free one); served at /mcp"
+    )
+    # Checked when given, by the functions the server uses, so a bad one is a usage error here.
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        type=_checked("host_patterns"),
+        metavar="HOST[:PORT]",
+        help="a Host clients reach the server by (repeatable); required off loopback",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        type=_checked("origin"),
+        metavar="URL",
+        help="a web origin (scheme://host[:port]) allowed to call (repeatable; default: none off loopback)",
+    )
+    parser.add_argument(
+        "--token",
+        type=_checked("token"),
+        help="require Authorization: Bearer TOKEN; prefer $AEGIS_NB_TOKEN (a flag shows in ps)",
+    )
+    parser.add_argument(
+        "--max-sessions", type=_count, metavar="N", help="sessions open at once (default 1000)"
+    )
+    parser.add_argument(
+        "--session-idle-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="close a session after this long with no request in flight (default 600)",
+    )
+    parser.add_argument(
+        "--unused-session-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="close a session nothing followed its initialize for this long (default 30)",
     )
 
 

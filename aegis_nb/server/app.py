@@ -19,7 +19,7 @@ import io
 import math
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -36,11 +36,19 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, SagaFailed, ToolError, ToolTimeoutError
 from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.report import exception_text, scrub
+from aegis_nb.kernel.values import Secret
 from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_lifespan
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.recorder import Journal
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline, too_late
+from aegis_nb.server.http_security import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+    DEFAULT_UNUSED_SESSION_TIMEOUT,
+    HttpSecurity,
+    serve_http,
+)
 from aegis_nb.server.progress import RequestObserver, progress_sender
 from aegis_nb.server.results import (
     committed_result,
@@ -359,19 +367,47 @@ class AegisMCP(MCPServer[Any]):
         *,
         host: str = "127.0.0.1",
         port: int = 8000,
+        allowed_hosts: str | Iterable[str] = (),
+        allowed_origins: str | Iterable[str] = (),
+        token: str | Secret | None = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
+        unused_session_timeout: float = DEFAULT_UNUSED_SESSION_TIMEOUT,
     ) -> None:
-        """Serve until stopped: stdio by default, or streamable HTTP on ``http://host:port/mcp``."""
-        kind = _transport(transport)
-        configure_logging(self.settings.log_level)  # this process serves: log as the SDK would
-        if kind is Transport.STDIO:
+        """Serve until stopped: stdio by default, or streamable HTTP on ``http://host:port/mcp``.
+
+        Over HTTP (see `aegis_nb.server.http_security`): Host and Origin are always checked; off
+        loopback, `allowed_hosts` (``HOST[:PORT]``) must name what clients reach the server by, or
+        `UnsafeServing` is raised before anything starts; `allowed_origins` (``scheme://host[:port]``)
+        are the web pages that may call it. With a `token`, every request needs
+        ``Authorization: Bearer <token>``. Sessions: at most `max_sessions`, closed after
+        `session_idle_timeout` seconds idle, or `unused_session_timeout` after an ``initialize``
+        nothing followed.
+        """
+        if _transport(transport) is Transport.STDIO:
+            configure_logging(self.settings.log_level)  # this process serves: log as the SDK would
             # The SDK diverts print() to stderr while stdout carries the protocol; line buffering
             # makes a step's prints show up as they happen rather than at exit.
             if isinstance(sys.stdout, io.TextIOWrapper):
                 sys.stdout.reconfigure(line_buffering=True)
             anyio.run(self.run_stdio_async)
-        else:
-            # uvicorn serves on asyncio only.
-            anyio.run(lambda: self.run_streamable_http_async(host=host, port=port), backend="asyncio")
+            return
+        security = HttpSecurity(
+            allowed_hosts=_names(allowed_hosts),
+            allowed_origins=_names(allowed_origins),
+            token=Secret(token) if isinstance(token, str) else token,
+            max_sessions=max_sessions,
+            session_idle_timeout=session_idle_timeout,
+            unused_session_timeout=unused_session_timeout,
+        )
+        security.transport_security(host)  # refused off loopback here, before any set-up
+        configure_logging(self.settings.log_level)
+        anyio.run(serve_http, self, host, port, security, backend="asyncio")  # uvicorn: asyncio only
+
+
+def _names(given: str | Iterable[str]) -> tuple[str, ...]:
+    """One name or several: a lone str is one host or origin, not its characters."""
+    return (given,) if isinstance(given, str) else tuple(given)
 
 
 def _transport(value: Transport | str) -> Transport:
