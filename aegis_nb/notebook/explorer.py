@@ -9,6 +9,9 @@ previous outcome and adds a row to the history, which is sorted by deadline so t
 The controls start at what the magic was given: slider ranges widen to hold a ``--deadline`` or
 ``--latency`` beyond their usual ends, and a ``--fail STEP=MESSAGE`` keeps its message whenever that
 step's toggle is on. Controls are per label (``Fly#1``, ``Fly#2``), as in the diagram.
+
+Where no widget can be drawn (nbconvert HTML, GitHub) the explorer's output shows its last state
+instead: the last run's diagram, the history and the same as text (see `FallbackOutput`).
 """
 
 from __future__ import annotations
@@ -22,14 +25,15 @@ from typing import Any
 import anyio
 import ipywidgets  # type: ignore[import-untyped]
 
-from aegis_nb.diagram import fold, render_svg
-from aegis_nb.kernel.text import replace_surrogates
+from aegis_nb.diagram import fold, render_svg, render_text
+from aegis_nb.kernel.text import counted, replace_surrogates
 from aegis_nb.notebook.cellsurface import WIDGET_MIME
+from aegis_nb.notebook.fallback import FallbackOutput
 from aegis_nb.notebook.injection import Fault
 from aegis_nb.notebook.live import LiveView
 from aegis_nb.notebook.plan import SagaPlan
 from aegis_nb.notebook.runner import RunSettings, SagaRunner
-from aegis_nb.notebook.static import data_uri
+from aegis_nb.notebook.static import Bundle, data_uri
 from aegis_nb.notebook.surface import NullSurface
 from aegis_nb.saga.outcome import SagaRun
 
@@ -70,7 +74,7 @@ class SagaExplorer:
         self._runner = runner
         self._plan = plan
         self._base = settings
-        self._output = output
+        self._variable = output
         self.trials: list[Trial] = []
         self._pending: set[asyncio.Task[Trial]] = set()
         names = plan.labels
@@ -125,8 +129,10 @@ class SagaExplorer:
                 ipywidgets.VBox([ipywidgets.HTML("<b>previous run</b>"), self._previous], layout=half),
             ]
         )
+        self._output = FallbackOutput(self.static_bundle)
         self.widget = ipywidgets.VBox(
             [
+                self._output.hider,
                 self.deadline,
                 *self.latency.values(),
                 ipywidgets.HBox([*self.failing.values(), self.run_button]),
@@ -182,8 +188,9 @@ class SagaExplorer:
         self.trials.append(trial)
         self._current.children = (ipywidgets.HTML(_trial_html(trial)),)
         self._history.value = history_html(self.trials)
-        if self._output is not None:
-            self._runner.namespace[self._output] = outcome.run
+        if self._variable is not None:
+            self._runner.namespace[self._variable] = outcome.run
+        self._output.refresh()  # a saved or exported notebook keeps this run, not the blank controls
         return trial
 
     def _clicked(self, _: Any) -> None:
@@ -206,11 +213,27 @@ class SagaExplorer:
         """The trials so far, sorted by deadline, as a table that displays itself."""
         return History(tuple(self.trials))
 
+    def static_bundle(self) -> Bundle:
+        """The explorer's last state without widgets: the last run's diagram and the history, or the hint."""
+        intro = f"saga explorer for {self._base.name} ({', '.join(self._plan.labels)})"
+        if not self.trials:
+            text = f"{intro}: set the sliders and toggles, then press Run"
+            return {"text/html": f"<i>{escape(replace_surrogates(text))}</i>", "text/plain": text}
+        last = self.trials[-1]
+        heading = f"{intro}, after {counted(len(self.trials), 'run')}"
+        html = (
+            f"<div><b>{escape(replace_surrogates(heading))}</b></div>"
+            f"{_trial_html(last)}{history_html(self.trials)}"
+        )
+        text = f"{heading}:\n{self.history()!r}\nrun {last.number}:\n{render_text(fold(last.run.events))}"
+        return {"text/html": html, "text/plain": replace_surrogates(text)}
+
+    def _ipython_display_(self) -> None:
+        self._output.display(self.widget)
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
-        names = ", ".join(self._plan.labels)
-        text = f"saga explorer for {self._base.name} ({names}): set the sliders and toggles, then press Run"
-        return {WIDGET_MIME: bundle.get(WIDGET_MIME), "text/plain": text}
+        return {WIDGET_MIME: bundle.get(WIDGET_MIME), "text/plain": self.static_bundle()["text/plain"]}
 
 
 def _trial_html(trial: Trial) -> str:

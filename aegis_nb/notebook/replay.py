@@ -1,4 +1,8 @@
-"""`ReplayView`: step through a finished run's events with a slider, the diagram at each point."""
+"""`ReplayView`: step through a finished run's events with a slider, the diagram at each point.
+
+Where no widget can be drawn (nbconvert HTML, GitHub) its output shows the diagram at the point it
+was shown at (the whole run, unless moved from code first), as a picture and text.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from typing import Any
 import ipywidgets  # type: ignore[import-untyped]
 
 from aegis_nb.diagram import fold
+from aegis_nb.notebook.fallback import FallbackOutput
 from aegis_nb.notebook.render import live_html
+from aegis_nb.notebook.static import Bundle, static_bundle
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.trace import describe
@@ -34,7 +40,8 @@ class ReplayView:
             layout=ipywidgets.Layout(width="min(100%, 640px)"),
         )
         self._html = ipywidgets.HTML()
-        self.widget = ipywidgets.VBox([self.slider, self._html])
+        self._output = FallbackOutput(self.static_bundle)
+        self.widget = ipywidgets.VBox([self._output.hider, self.slider, self._html])
         self.widget.add_class("aegis-replay")
         self.slider.observe(self._moved, names="value")
         self.show_until(count)
@@ -51,6 +58,13 @@ class ReplayView:
 
     def _moved(self, change: dict[str, Any]) -> None:
         self.show_until(int(change["new"]))
+
+    def static_bundle(self) -> Bundle:
+        """The diagram after the slider's event, as a picture and text (no widget needed)."""
+        return static_bundle(fold(self.events[: self.slider.value]))
+
+    def _ipython_display_(self) -> None:
+        self._output.display(self.widget)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         return self.widget._repr_mimebundle_(include=include, exclude=exclude)
