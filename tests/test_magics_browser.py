@@ -3,8 +3,9 @@
 "Run All" must run a blocking ``%aegis_saga`` cell to its end before the next cell starts; a
 ``--background`` saga's live output must turn into the static diagram in its own cell when it ends
 during a later cell; and the ``--interactive`` explorer must run the saga when its Run button is
-pressed in the browser, reading the toggles as they are at that moment. Screenshots of the explorer
-and of a rehearsal matrix go to `assets/` under ``make assets``, for the README and the tutorials.
+pressed in the browser, reading the toggles as they are at that moment. A rehearsal matrix, even one
+with long verdicts, fits its output on a 1280 px screen. Screenshots of the explorer and of a
+rehearsal matrix go to `assets/` under ``make assets``, for the README and the tutorials.
 """
 
 from __future__ import annotations
@@ -42,7 +43,22 @@ CELLS = [
     "async def compensate(ctx):\n    pass",
     "%aegis_saga Hold --background --name held -o held",
     "release.set()\nprint('background:', (await _).status.value)",
+    "%aegis_mock travel",
+    "from aegis_nb.mock import travel_steps, trip_context\n"
+    "TripFlight, TripHotel, TripCard = travel_steps(travel)\n"
+    "trip = trip_context('4242424242424242', traveller='ada')",
+    # 04's careless hotel: its undo only looks the bookings up, so the widest verdicts appear.
+    "%%aegis_step CarelessHotel --in-doubt\nasync def execute(ctx, city, nights):\n"
+    "    hotel = await travel.call_tool(\n"
+    "        'reserve_hotel', {'city': city, 'nights': nights, 'idempotency_key': ctx.idempotency_key}\n"
+    "    )\n    return ctx.with_metadata({'hotel': hotel})\n\n"
+    "async def compensate(ctx, city, nights):\n    await travel.call_tool('list_bookings')",
+    "%%aegis_rehearse --mock travel --context trip --name careless\nTripFlight(destination='Lisbon')\n"
+    "CarelessHotel(city='Lisbon', nights=3)\nTripCard",
 ]
+OVERFLOW = """
+(output) => ({scroll: output.scrollWidth, client: output.clientWidth})
+"""
 
 
 def write_notebook(path: Path) -> None:
@@ -114,6 +130,16 @@ def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(
             expect(explorer).to_contain_text("run 1: deadline 2 s")  # the previous run, beside the new one
             expect(explorer.locator(".aegis-static img")).to_have_count(2)
             explorer.screenshot(path=str(shots / "explorer.png"))
+
+            # A laptop screen: both rehearsal tables fit their output, verdict first, cells wrapped.
+            page.set_viewport_size({"width": 1280, "height": 800})
+            careless = cells.nth(14).locator(".aegis-rehearsal")
+            expect(careless).to_contain_text("✗ unsafe")
+            expect(careless.locator("thead th").nth(2)).to_have_text("ledger after")
+            for table in (rehearsal, careless):
+                output = table.locator("xpath=ancestor::div[contains(@class,'jp-OutputArea-output')][1]")
+                width = output.evaluate(OVERFLOW)
+                assert width["scroll"] <= width["client"], width
         finally:
             browser.close()
     assert (shots / "explorer.png").stat().st_size > 10_000

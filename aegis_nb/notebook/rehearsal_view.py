@@ -1,9 +1,11 @@
 """The rehearsal matrix as HTML (colours a person reads at a glance) and as text (terminals, nbval, logs).
 
-One row per scenario, one column per step, then the outcome and the ledger. Green cells are fine,
-grey cells did not run, red cells need a person: a booking left live, a compensation that returned
-without undoing anything, a compensation that gave up. Above the table, one verdict line; below it,
-each problem in a sentence with the likely fix.
+One row per scenario: in the HTML, its verdict first (the outcome and the ledger it left), then one
+column per step, every cell wrapping, so the table fits a laptop's notebook column (1280 px screen)
+and what matters is never the part cut off; the text keeps the run order, steps first. Green cells
+are fine, grey cells did not run, red cells need a person: a booking left live, a compensation that
+returned without undoing anything, a compensation that gave up. Above the table, one verdict line;
+below it, each problem in a sentence with the likely fix.
 """
 
 from __future__ import annotations
@@ -92,39 +94,47 @@ def render_text(rehearsal: Rehearsal) -> str:
     return replace_surrogates("\n".join(lines) + "\n")
 
 
+# Cells wrap, anywhere if they must (a long booking id, a step name), so no column pushes the table
+# past its output's width.
+_WRAP = "overflow-wrap:anywhere;vertical-align:top"
+
+
 def _cell(text: str, colour: str, *, bold: bool = False) -> str:
     weight = "font-weight:600;" if bold else ""
     return (
         f'<td style="padding:4px 8px;border:1px solid #e2e8f0;text-align:left;color:{colour};'
-        f'background:{_BACKGROUND[colour]};{weight}white-space:nowrap">{escape(text)}</td>'
+        f'background:{_BACKGROUND[colour]};{weight}{_WRAP}">{escape(text)}</td>'
     )
 
 
 def render_html(rehearsal: Rehearsal) -> str:
     """The matrix as a self-contained HTML table (no scripts, so it survives untrusted notebooks); UTF-8."""
-    head_cells = ["scenario", *rehearsal.steps, "outcome"] + (
-        ["ledger after"] if rehearsal.with_ledger else []
-    )
+    head_cells = [
+        "scenario",
+        "outcome",
+        *(["ledger after"] if rehearsal.with_ledger else []),
+        *rehearsal.steps,
+    ]
     head = "".join(
-        f'<th style="padding:4px 8px;border:1px solid #e2e8f0;text-align:left">{escape(cell)}</th>'
+        f'<th style="padding:4px 8px;border:1px solid #e2e8f0;text-align:left;{_WRAP}">{escape(cell)}</th>'
         for cell in head_cells
     )
     body = []
     for result in rehearsal.results:
         cells = [_cell(result.scenario.label, GREEN if result.safe else RED, bold=True)]
-        for outcome in result.steps:
-            cells.append(_cell(f"{_SYMBOL[outcome.mark]} {outcome.text}", _mark_colour(outcome.mark)))
         status_colour = {SagaStatus.COMMITTED: GREEN, SagaStatus.ROLLED_BACK: GREEN}.get(result.status, RED)
         cells.append(_cell(_STATUS_WORDS[result.status], status_colour))
         if rehearsal.with_ledger:
             cells.append(_cell(_ledger_text(result), RED if result.leftovers else GREEN))
+        for outcome in result.steps:
+            cells.append(_cell(f"{_SYMBOL[outcome.mark]} {outcome.text}", _mark_colour(outcome.mark)))
         body.append(f"<tr>{''.join(cells)}</tr>")
     colour = GREEN if rehearsal.safe else RED
     parts = [
         '<div class="aegis-rehearsal" style="font-size:13px">',
         f'<div style="font-weight:700;color:{colour};margin-bottom:6px">rehearsal of '
         f"{escape(rehearsal.saga)}: {escape(verdict(rehearsal))}</div>",
-        '<table style="border-collapse:collapse">',
+        '<table style="border-collapse:collapse;max-width:100%">',
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>",
     ]
     problems = rehearsal.problems()
