@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # Third-party MCP clients (Node 22, MCP Inspector, conformance suite) for tests/test_clients_*.py.
 CLIENTS := tests/clients/node_modules/.installed
 
-.PHONY: demo test test-pythons lint bench lab install clients clean assets
+.PHONY: demo test test-pythons lint bench lab install clients clean assets soak
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The journal's fault-injection harness for minutes (AEGIS_SOAK_SECONDS, default 180; seeds from
+# AEGIS_SOAK_SEED): concurrent sagas with cancelled callers, failing steps and undos, write failures
+# and SIGKILLed children, each followed by recovery and the invariant checks. Prints the counts.
+soak: $(STAMP)
+	$(PY) -m tests.soak
 
 bench: $(STAMP)
 	@for script in bench/*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
