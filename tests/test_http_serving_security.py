@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -40,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from aegis_nb.kernel.values import Secret
 from aegis_nb.server.http_security import BearerTokenGate, HttpSecurity, UnsafeServing
 from aegis_nb.server.session import sole_exception
+from tests.conftest import require
 from tests.servers.launch import LINE_TIMEOUT, ROOT, Lines, aegis_nb, free_port, python_child
 
 CARD = "4242424242424242"
@@ -144,6 +146,15 @@ async def served(*argv: str, host: str = "127.0.0.1", **env: str) -> AsyncIterat
 def stop(process: Process) -> None:
     with contextlib.suppress(ProcessLookupError):  # asyncio's, once the process has exited
         process.terminate()
+
+
+def can_bind(host: str) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, 0))
+        except OSError:
+            return False
+    return True
 
 
 def client(url: str, mode: str = "auto", **headers: str) -> Client:
@@ -287,6 +298,7 @@ async def test_off_loopback_a_foreign_origin_gets_403_a_foreign_host_421_and_not
 
 @pytest.mark.anyio
 async def test_on_a_loopback_address_the_sdk_leaves_open_a_foreign_origin_gets_403() -> None:
+    require(can_bind("127.0.0.2"), "the loopback address 127.0.0.2 (Linux routes all of 127/8 to lo)")
     async with served("mock", host="127.0.0.2") as server:
         evil = {"origin": "http://evil.example"}
         assert await refused(charge(server.url, **evil)) == SERVER_ERROR
