@@ -157,8 +157,14 @@ def can_bind(host: str) -> bool:
     return True
 
 
-def client(url: str, mode: str = "auto", **headers: str) -> Client:
-    return Client(streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers)), mode=mode)
+@asynccontextmanager
+async def client(url: str, mode: str = "auto", **headers: str) -> AsyncIterator[Client]:
+    """An mcp client sending `headers` with every request (the SDK leaves a given httpx2 client open)."""
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as session,
+    ):
+        yield session
 
 
 async def connected(url: str, mode: str = "auto", **headers: str) -> None:
