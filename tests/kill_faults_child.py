@@ -197,7 +197,8 @@ class KillRun:
             self.note(words, lives)  # lines written before the kill landed
         assert words[1:] == [str(pid), str(signal.SIGKILL)], words
         # Before the next life recovers: what each ended call left in the journal.
-        infos = {info.run_id: info for info in read_runs(self.journal)}
+        # (A worker killed before it opened the journal left no file.)
+        infos = {info.run_id: info for info in read_runs(self.journal)} if self.journal.exists() else {}
         for run_id, trip in lives.items():
             if run_id in infos:
                 self.before[run_id] = infos[run_id]
