@@ -85,6 +85,12 @@ class SagaExplorer:
         fine = min(MIN_DEADLINE, initial)
         style = {"description_width": "initial"}
         wide = ipywidgets.Layout(width="min(100%, 480px)")
+        # Sent on release only. A continuous slider also sends when it is drawn, if the slider's
+        # grid rounds its value (0.05 + 9 * 0.05 is 0.5000000000000001): drawn while a later cell
+        # of Run All awaits, that message is answered with no idle status (ipykernel >= 7.4 runs
+        # it beside the cell), and ipywidgets' front end then holds back the slider's every later
+        # change, waiting for that idle: the Run button would read the old value.
+        settled = {"continuous_update": False}
         self.deadline = ipywidgets.FloatSlider(
             value=initial,
             min=fine,
@@ -93,6 +99,7 @@ class SagaExplorer:
             description="deadline (s)",
             readout_format=".2f" if initial >= 0.01 else ".2g",  # .2f would show a 0.005 s deadline as 0.00
             style=style,
+            **settled,
             layout=wide,
         )
         self.latency = {
@@ -104,6 +111,7 @@ class SagaExplorer:
                 description=f"{name} latency (s)",
                 readout_format=".2f",
                 style=style,
+                **settled,
                 layout=wide,
             )
             for name in names
