@@ -1,17 +1,25 @@
 """`ReplayView`: step through a finished run's events with a slider, the diagram at each point.
 
+A saga over fast tools is over in milliseconds, too fast to see it grow; a replay shows it again at
+a human pace: press the play button beside the slider (the front end moves the slider, one event
+per `interval`), or ``await view.play()`` from a cell (the kernel moves it, so it works while the
+cell runs, as in "Run All").
+
 Where no widget can be drawn (nbconvert HTML, GitHub) its output shows the diagram at the point it
 was shown at (the whole run, unless moved from code first), as a picture and text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import anyio
 import ipywidgets  # type: ignore[import-untyped]
 
 from aegis_nb.diagram import fold
+from aegis_nb.notebook.display import current_shell
 from aegis_nb.notebook.fallback import FallbackOutput
 from aegis_nb.notebook.render import live_html
 from aegis_nb.notebook.static import Bundle, static_bundle
@@ -21,15 +29,31 @@ from aegis_nb.saga.trace import describe
 
 CONTINUOUS_LIMIT = 2000
 """Above this many events the diagram redraws when the slider is released, not while it is dragged."""
+PLAY_INTERVAL = 0.4
+"""Seconds each event stays on screen while the replay plays: slow enough to read the new arrow."""
 
 
 class ReplayView:
-    """A slider (event 1..n) over a run's events and the diagram as it stood after that event."""
+    """A slider (event 1..n) over a run's events, a play button, and the diagram after that event.
 
-    def __init__(self, source: SagaRun | Sequence[SagaEvent]) -> None:
+    `interval` is the seconds between events when playing. `sleep` is how `play` waits (injectable,
+    so tests drive time by hand).
+    """
+
+    def __init__(
+        self,
+        source: SagaRun | Sequence[SagaEvent],
+        *,
+        interval: float = PLAY_INTERVAL,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+    ) -> None:
         self.events: tuple[SagaEvent, ...] = tuple(source.events if isinstance(source, SagaRun) else source)
         if not self.events:
             raise ValueError("nothing to replay: the run has no events")
+        self.interval = _interval(interval)
+        self._sleep = sleep
+        self._shown = False
+        self._playing = False
         count = len(self.events)
         self.slider = ipywidgets.IntSlider(
             value=count,
@@ -37,11 +61,23 @@ class ReplayView:
             max=count,
             description="event",
             continuous_update=count <= CONTINUOUS_LIMIT,
-            layout=ipywidgets.Layout(width="min(100%, 640px)"),
+            layout=ipywidgets.Layout(width="min(100%, 560px)"),
         )
+        # The front end moves the slider itself (jslink): the kernel only redraws.
+        self.play_button = ipywidgets.Play(
+            value=count,
+            min=1,
+            max=count,
+            interval=max(1, round(self.interval * 1000)),
+            description="play",
+            show_repeat=False,
+        )
+        self._link = ipywidgets.jslink((self.play_button, "value"), (self.slider, "value"))
         self._html = ipywidgets.HTML()
         self._output = FallbackOutput(self.static_bundle)
-        self.widget = ipywidgets.VBox([self._output.hider, self.slider, self._html])
+        self.widget = ipywidgets.VBox(
+            [self._output.hider, ipywidgets.HBox([self.play_button, self.slider]), self._html]
+        )
         self.widget.add_class("aegis-replay")
         self.slider.observe(self._moved, names="value")
         self.show_until(count)
@@ -56,15 +92,42 @@ class ReplayView:
         caption = f"event {count} of {len(self.events)}: {describe(event).strip()}"
         self._html.value = live_html(fold(self.events[:count]), [caption])
 
+    async def play(self, *, interval: float | None = None) -> None:
+        """Show the run growing: from its first event to its last, one every `interval` seconds.
+
+        Displays the view first when it has not been shown yet, so ``await ReplayView(run).play()``
+        alone in a cell plays under that cell. Ends on the whole run, which a saved notebook keeps.
+        """
+        pause = self.interval if interval is None else _interval(interval)
+        self._playing = True  # the fallback shows where the replay ends: the whole run
+        try:
+            self.show_until(1)
+            if not self._shown and current_shell() is not None:
+                self._ipython_display_()
+            for count in range(2, len(self.events) + 1):
+                await self._sleep(pause)
+                self.show_until(count)
+        finally:
+            self._playing = False
+        self._output.refresh()
+
     def _moved(self, change: dict[str, Any]) -> None:
         self.show_until(int(change["new"]))
 
     def static_bundle(self) -> Bundle:
-        """The diagram after the slider's event, as a picture and text (no widget needed)."""
-        return static_bundle(fold(self.events[: self.slider.value]))
+        """The diagram after the slider's event (the whole run while playing), as a picture and text."""
+        shown = len(self.events) if self._playing else self.slider.value
+        return static_bundle(fold(self.events[:shown]))
 
     def _ipython_display_(self) -> None:
+        self._shown = True
         self._output.display(self.widget)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         return self.widget._repr_mimebundle_(include=include, exclude=exclude)
+
+
+def _interval(seconds: float) -> float:
+    if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"interval must be finite seconds >= 0, got {seconds!r}")
+    return float(seconds)
