@@ -3,7 +3,7 @@
 Loading registers one `AegisMagics` instance with the shell (its steps, engine and mock tools belong
 to that shell alone), puts the transformer that makes ``%aegis_saga`` block its cell in the shell's
 cleanup transformers, and makes finished `SagaRun` objects display as their diagram. Unloading
-removes the transformer and the display again.
+removes the transformer and the display again, and stops following the running cell.
 """
 
 from __future__ import annotations
@@ -31,3 +31,6 @@ def unload_ipython_extension(ipython: Any) -> None:
     while blocking_transformer in transformers:
         transformers.remove(blocking_transformer)
     unregister_display(ipython)
+    magics = ipython.magics_manager.registry.get(AegisMagics.__name__)
+    if isinstance(magics, AegisMagics):
+        magics.running_cell.unfollow()

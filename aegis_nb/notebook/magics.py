@@ -31,6 +31,7 @@ from aegis_nb.notebook.options import (
 )
 from aegis_nb.notebook.plan import SagaPlan, parse_plan
 from aegis_nb.notebook.runner import DEFAULT_SAGA_NAME, RunSettings, SagaRunner, print_outcome, start_context
+from aegis_nb.notebook.runningcell import RunningCell, RunningCellSurface
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.outcome import SagaRun
 
@@ -51,6 +52,8 @@ class AegisMagics(Magics):
         self.engine = WorkflowEngine()
         self._tools: MockTools | None = None
         self._watching: dict[int, LiveView] = {}
+        self.running_cell = RunningCell(shell)
+        """The cell running now: where a watched saga's diagram goes (see `runningcell`)."""
         self._claims: dict[str, object] = {}  # `-o` variable -> the latest run started to bind it
         self.runner = SagaRunner(self.engine, self.namespace, self.mock_tools)
 
@@ -195,7 +198,8 @@ class AegisMagics(Magics):
         """``%aegis_watch ENGINE`` draws every saga that engine runs (an `AegisMCP` app's, too) live.
 
         The diagram appears in whichever cell is running when a saga starts, e.g. the cell whose MCP
-        client calls a workflow. ``%aegis_watch --stop ENGINE`` stops drawing.
+        client calls a workflow, even when the server was started by an earlier cell.
+        ``%aegis_watch --stop ENGINE`` stops drawing.
         """
         words = line.split()
         stop = "--stop" in words
@@ -209,7 +213,10 @@ class AegisMagics(Magics):
         if view is not None:
             view.detach(engine)
         if not stop:
-            self._watching[id(engine)] = LiveView(surface=CellSurface()).attach(engine)
+            # Shown under the cell running when a saga starts, even when a task that an earlier cell
+            # started runs it (an HTTP server's).
+            surface = RunningCellSurface(CellSurface(), self.running_cell.follow())
+            self._watching[id(engine)] = LiveView(surface=surface).attach(engine)
 
     # -- %aegis_mock ----------------------------------------------------------------------------
 
