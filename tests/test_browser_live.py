@@ -81,6 +81,7 @@ class Session:
     big_printed: str
     saved: Path
     server_log: str
+    log_fits: bool  # the live view's event log showed whole lines, none cut
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def decode_img(src: str) -> str:
     return base64.b64decode(src[len(prefix) :]).decode("utf-8")
 
 
-def drive(page: Page, lab: Lab, shots: Path) -> tuple[list[dict[str, Any]], str, str, str, str]:
+def drive(page: Page, lab: Lab, shots: Path) -> tuple[list[dict[str, Any]], str, str, str, str, bool]:
     """Open the notebook, run it, watch the diagram, take the screenshots, save the notebook."""
     page.set_default_timeout(60_000)
     page.goto(f"{lab.url}/lab/tree/{NOTEBOOK.name}?reset&token={lab.token}")
@@ -111,6 +112,10 @@ def drive(page: Page, lab: Lab, shots: Path) -> tuple[list[dict[str, Any]], str,
         "() => (window.__aegis || []).some(s => s.status === 'compensating' && s.arrows >= 7)"
     )
     page.locator(".aegis-live").first.screenshot(path=str(shots / "live-view-rolling-back.png"))
+    # The event log under the diagram shows its last lines whole: no box cutting one in half.
+    log_fits = page.locator(".aegis-live .aegis-log").first.evaluate(
+        "(log) => log.scrollHeight <= log.clientHeight"
+    )
     cells = page.locator(".jp-CodeCell")
     cells.nth(2).locator(".aegis-static img").wait_for()  # `run` shows its diagram
     cells.nth(3).locator(".jp-RenderedMermaid figure img").wait_for()  # JupyterLab drew our Mermaid
@@ -132,7 +137,7 @@ def drive(page: Page, lab: Lab, shots: Path) -> tuple[list[dict[str, Any]], str,
     with page.expect_response(lambda r: r.request.method == "PUT" and "/api/contents/" in r.url) as put:
         page.locator(".jp-NotebookPanel-toolbar [data-jp-item-name='save'] button").click()
     assert put.value.ok
-    return states, static_src, run_src, big_src, big_printed
+    return states, static_src, run_src, big_src, big_printed, log_fits
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +154,7 @@ def session(lab: Lab, shots: Path) -> Session:
         browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000}, device_scale_factor=2)
         try:
-            states, static_src, run_src, big_src, big_printed = drive(page, lab, shots)
+            states, static_src, run_src, big_src, big_printed, log_fits = drive(page, lab, shots)
         except PlaywrightError as exc:
             shot = lab.root.parent / "failure.png"
             page.screenshot(path=str(shot))
@@ -165,6 +170,7 @@ def session(lab: Lab, shots: Path) -> Session:
         big_printed,
         lab.root / NOTEBOOK.name,
         "".join(lab.log),
+        log_fits,
     )
 
 
@@ -198,6 +204,7 @@ def test_the_diagram_grows_while_the_cell_runs_and_ends_with_the_rollback(
         ("aegis-msg aegis-compensated", "0"),
     ]
     assert session.run_output_svg == session.static_svg  # `run` displays the same static diagram
+    assert session.log_fits
     assert (shots / "live-view.png").stat().st_size > 10_000
 
 

@@ -8,8 +8,10 @@ from html import escape
 from aegis_nb.diagram import SequenceModel, render_svg
 from aegis_nb.kernel.text import counted
 
+# No height limit: the caller already keeps the last few lines (`LiveView`'s `log_lines`), and a
+# box of a fixed height cut its last line in half whenever more lines came than fitted.
 LOG_STYLE = (
-    "margin:6px 0 0;padding:6px 10px;max-height:9.5em;overflow:auto;background:#f8fafc;"
+    "margin:6px 0 0;padding:6px 10px;overflow-x:auto;background:#f8fafc;"
     "border:1px solid #e2e8f0;border-radius:8px;color:#334155;font-size:11.5px;line-height:1.35"
 )
 
