@@ -321,8 +321,11 @@ def _recover(args: argparse.Namespace) -> int:
     engine = app if isinstance(app, WorkflowEngine) else getattr(app, "workflow_engine", None)
     if not isinstance(engine, WorkflowEngine):
         raise Refused(f"aegis-nb recover: {args.app!r} is a {type(app).__name__}, not {what}")
-    registered = engine.journal.resolver.registry if isinstance(engine.journal, SqliteJournal) else {}
-    journal = SqliteJournal(args.journal, steps=registered, main_module=module_name)
+    # The app's own journal says which steps and modules it trusts recovery to rebuild.
+    own = engine.journal.resolver if isinstance(engine.journal, SqliteJournal) else None
+    registered = own.registry if own is not None else {}
+    allowed = (own.allow_modules or ()) if own is not None else ()
+    journal = SqliteJournal(args.journal, steps=registered, main_module=module_name, allow_modules=allowed)
     # An AegisMCP app's steps may compensate through sessions its own lifespan opens.
     server = sys.modules.get("aegis_nb.server.app")
     is_server = server is not None and isinstance(app, server.AegisMCP)

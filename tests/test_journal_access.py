@@ -36,9 +36,10 @@ print(outcome(sys.argv[1]), end="")
 
 @pytest.fixture
 def shared_folder() -> Iterator[Path]:
-    """A folder any user may enter and write (pytest's own tmp_path is private to its user)."""
+    """A folder any user may enter and write, sticky as /tmp is (pytest's own tmp_path is private to
+    its user; a journal in a folder others may write into without the sticky bit is refused)."""
     folder = Path(tempfile.mkdtemp(prefix="aegis-access-"))
-    folder.chmod(0o777)
+    folder.chmod(0o1777)
     try:
         yield folder
     finally:

@@ -20,8 +20,9 @@ from tests.durable_support import Crash, CrashingJournal
 from tests.servers.launch import aegis_nb
 from tests.test_journal_sqlite import Hold, Note, lines, log
 
-ENGINE = WorkflowEngine()
-"""The "app" `aegis-nb recover` loads: its steps are found by import path, so it needs no journal."""
+ENGINE = WorkflowEngine(journal=SqliteJournal("never-opened.db", allow_modules=["tests.test_journal_sqlite"]))
+"""The "app" `aegis-nb recover` loads: its steps are found by import path in the module its journal
+allows (the journal's own file is never opened)."""
 
 
 def crashed_journal(path: Path, logfile: Path) -> None:

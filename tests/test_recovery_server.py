@@ -21,6 +21,9 @@ from tests.test_journal_sqlite import Hold, Note, lines
 
 pytestmark = pytest.mark.anyio
 
+STEPS = "tests.test_journal_sqlite"
+"""The module of the trip's steps, which recovery in a new journal object may rebuild steps from."""
+
 
 def trip(logfile: Path) -> list[SagaEntry]:
     return [(Note(), (str(logfile),), {}), (Hold(1), (str(logfile),), {})]
@@ -33,7 +36,7 @@ def travel(path: Path, logfile: Path, opened: list[str]) -> AegisMCP:
         yield {}
         opened.append("closed")
 
-    app = AegisMCP("travel", journal=path, lifespan=lifespan)
+    app = AegisMCP("travel", journal=SqliteJournal(path, allow_modules=[STEPS]), lifespan=lifespan)
 
     @app.workflow("book")
     async def book(ctx: AegisContext) -> AegisContext:
@@ -85,7 +88,7 @@ def test_a_journal_given_twice_is_refused(tmp_path: Path) -> None:
         AegisMCP("x", engine=engine, journal=tmp_path / "b.db")
 
 
-APP = AegisMCP("cli-recovery", journal="never-opened.db")
+APP = AegisMCP("cli-recovery", journal=SqliteJournal("never-opened.db", allow_modules=[STEPS]))
 """An app for `aegis-nb recover`: its engine's policy is used, its own journal file is never opened."""
 
 

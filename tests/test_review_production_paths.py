@@ -26,8 +26,8 @@ from tests.durable_support import Crash, CrashingJournal
 from tests.test_journal_cli import crashed_journal, table
 from tests.test_journal_sqlite import Hold, Never, Note, chattr, file_digest
 
-ENGINE = WorkflowEngine()
-"""The "app" `aegis-nb recover` loads (its steps are found by import path)."""
+ENGINE = WorkflowEngine(journal=SqliteJournal("never-opened.db", allow_modules=["tests.test_journal_sqlite"]))
+"""The "app" `aegis-nb recover` loads (its steps are found by import path in the module it allows)."""
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -139,15 +139,19 @@ def test_another_applications_database_is_named_by_its_tables(
     )
 
 
-def test_an_empty_file_a_writer_left_lists_no_runs(
+def test_an_empty_file_is_refused_not_listed_as_no_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # A writer never leaves an empty file (tests/test_journal_trust.py): it was truncated or put there.
     path = tmp_path / "j.db"
     path.touch()
-    status, out, err = cli(capsys, "runs", "--journal", str(path))
-    assert (status, err) == (0, "")
-    assert out.splitlines() == ["run  saga  status  events  recovered  updated (UTC)", "0 runs"]
-    assert cli(capsys, "runs", "--journal", str(path), "--run", "r1")[0] == 2
+    for command in (["runs"], ["runs", "--run", "r1"]):
+        assert cli(capsys, *command, "--journal", str(path)) == (
+            2,
+            "",
+            f"aegis-nb runs: journal {str(path)!r}: is empty (0 bytes), which a journal never is: "
+            "it was truncated or put there; delete it to start a new journal\n",
+        )
 
 
 def damage_the_run_index(path: Path) -> None:

@@ -33,7 +33,9 @@ def saga_worker(
     name need a mapping, each under a key of its own (a list of them raises `ValueError`). Other
     steps are rebuilt from their import path. `worker_options` go to `temporalio.worker.Worker` as they are.
     """
-    resolver = StepResolver(steps, main_module=main_module)
+    # Any module, though only to steps (checked before anything is called): a worker does not
+    # declare its modules yet, and its plans come from the Temporal server, not from a file.
+    resolver = StepResolver(steps, main_module=main_module, allow_modules=None)
     activities = SagaActivities(resolver)
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
     worker_options.setdefault("workflow_runner", SandboxedWorkflowRunner(restrictions=restrictions))

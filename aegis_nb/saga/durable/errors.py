@@ -2,9 +2,11 @@
 
     AegisError
      ├── SagaDefinitionError
-     │    └── StepNotRecoverable     execute_saga refused to start: recovery could not rebuild a step
+     │    └── StepNotRecoverable     a step recovery could not (or may not) rebuild: refused at the
+     │                               run's start, or at recovery (a locator naming foreign code)
      └── JournalError                the journal file cannot be used; always names the file
           ├── JournalUnavailable     cannot be created, opened or written (read-only path, full disk)
+          ├── JournalUntrusted       others could write it (its mode, owner or folder)
           ├── JournalInUse           another process holds the journal
           ├── JournalCorrupt         not a journal, damaged, truncated, or a record that does not decode
           ├── JournalTooNew          written by a newer schema than this version reads
@@ -23,7 +25,23 @@ from aegis_nb.kernel.errors import AegisError, SagaDefinitionError
 
 
 class StepNotRecoverable(SagaDefinitionError):
-    """A step's identity or arguments could not be written so that recovery can rebuild it."""
+    """A step's identity or arguments could not be written so that recovery can rebuild it, or
+    recovery refused to rebuild one: `run_id` and `locator` say which, when it was recovery."""
+
+    def __init__(
+        self, problem: str, *, run_id: str | None = None, step: str | None = None, locator: str | None = None
+    ) -> None:
+        self.problem = problem
+        self.run_id = run_id
+        self.step = step
+        self.locator = locator
+        if step is not None:
+            where = f"step {step!r} ({locator}): " if locator else f"step {step!r}: "
+        else:
+            where = f"{locator}: " if locator else ""
+        self.detail = where + problem
+        """The message without the run: what recovery lists under the run's id."""
+        super().__init__(self.detail if run_id is None else f"run {run_id}: {self.detail}")
 
 
 class JournalError(AegisError):
@@ -44,6 +62,11 @@ class JournalError(AegisError):
 
 class JournalUnavailable(JournalError):
     """The journal cannot be created, opened or written (missing directory, read-only, disk full)."""
+
+
+class JournalUntrusted(JournalError):
+    """Others than this user could write the journal (its mode, its owner, or its folder's): what it
+    says could be theirs, and recovery acts on it, so it is refused, read-only use included."""
 
 
 class JournalInUse(JournalError):

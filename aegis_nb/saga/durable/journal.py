@@ -117,8 +117,11 @@ class SqliteJournal:
     """A durable journal in the SQLite file at `path` (created with mode 0600 on first use).
 
     `steps` registers step objects recovery cannot rebuild on its own (those holding clients or
-    connections), by their name or under the given keys. Nothing happens on construction: the file
-    is opened on first use, so an app can build its journal at import time.
+    connections), by their name or under the given keys. `allow_modules` names the app's modules
+    (prefixes) whose step classes and objects recovery may rebuild even when this process has not
+    run them yet, as ``aegis-nb recover`` and start-up recovery have not (see `StepResolver`).
+    Nothing happens on construction: the file is opened on first use, so an app can build its
+    journal at import time.
     """
 
     def __init__(
@@ -127,12 +130,13 @@ class SqliteJournal:
         *,
         steps: Iterable[object] | Mapping[str, object] = (),
         main_module: str | None = None,
+        allow_modules: Iterable[str] = (),
     ) -> None:
         if os.fspath(path) == "":
             # Path("") is the current folder: refused now, not as "not a regular file" at first use.
             raise ValueError("the journal path is empty: name the SQLite file to journal to")
         self.path = Path(path)
-        self.resolver = StepResolver(steps, main_module=main_module)
+        self.resolver = StepResolver(steps, main_module=main_module, allow_modules=allow_modules)
         self._file: JournalFile | None = None
         self._opening: anyio.Lock | None = None
         self._pending = BatchWriter(self._write, self._settle, self._write_error)

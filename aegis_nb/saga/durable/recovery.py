@@ -17,8 +17,9 @@ in the live run (``run_id/position``), which is what makes that safe.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -35,7 +36,7 @@ from aegis_nb.kernel.report import (
     SagaStatus,
 )
 from aegis_nb.saga.definition import StepSpec, normalize_saga
-from aegis_nb.saga.durable.errors import JournalError
+from aegis_nb.saga.durable.errors import JournalError, StepNotRecoverable
 from aegis_nb.saga.durable.locator import StepResolver
 from aegis_nb.saga.durable.runs import JournaledRun, StepRecord
 from aegis_nb.saga.events import (
@@ -77,19 +78,27 @@ class RecoverableJournal(Journal, Protocol):
 
 
 class RecoveryIncomplete(JournalError):
-    """Some unfinished runs could not be recovered (a step could not be rebuilt); they stay unfinished.
+    """Some unfinished runs could not be recovered (a step could not, or may not, be rebuilt); they
+    stay unfinished, for a person to look at.
 
-    Every other run was recovered first. `problems` maps each run id left alone to the reason.
+    Every other run was recovered first. `refusals` maps each run id left alone to the
+    `StepNotRecoverable` that refused it, `problems` to its text.
     """
 
-    def __init__(self, path: Path | str, problems: dict[str, str], runs: tuple[SagaRun, ...] = ()) -> None:
-        self.problems = dict(problems)
+    def __init__(
+        self,
+        path: Path | str,
+        refusals: Mapping[str, StepNotRecoverable],
+        runs: tuple[SagaRun, ...] = (),
+    ) -> None:
+        self.refusals = MappingProxyType(dict(refusals))
+        self.problems = {run_id: refusal.detail for run_id, refusal in refusals.items()}
         self.runs = runs
-        listed = "; ".join(f"run {run_id}: {why}" for run_id, why in sorted(problems.items()))
-        super().__init__(path, f"{len(problems)} run(s) left unfinished: {listed}")
+        listed = "; ".join(f"run {run_id}: {why}" for run_id, why in sorted(self.problems.items()))
+        super().__init__(path, f"{len(self.problems)} run(s) left unfinished: {listed}")
 
     def again(self) -> RecoveryIncomplete:
-        return RecoveryIncomplete(self.path, self.problems, self.runs)
+        return RecoveryIncomplete(self.path, self.refusals, self.runs)
 
 
 @record
@@ -180,10 +189,11 @@ async def recover_unfinished(
 ) -> tuple[SagaRun, ...]:
     """Recover every unfinished run of `journal` that is not live here; return them, oldest first.
 
-    Runs whose steps cannot be rebuilt are left unfinished and reported, after all the others are
-    done, by raising `RecoveryIncomplete`.
+    Runs whose steps cannot be rebuilt, or name code the journal may not run (see `StepResolver`),
+    are left unfinished, nothing of theirs run, and reported after all the others are done, by
+    raising `RecoveryIncomplete`.
     """
-    problems: dict[str, str] = {}
+    refusals: dict[str, StepNotRecoverable] = {}
     claimed: list[tuple[JournaledRun, RecoveryPlan, tuple[StepSpec, ...]]] = []
     # From the read to the last claim nothing yields: a run that is live here (or being recovered
     # by a recovery beside this one) when the journal is read is skipped, and every other run is
@@ -194,8 +204,8 @@ async def recover_unfinished(
         plan = plan_recovery(run)
         try:
             specs = _rebuild(journal.resolver, plan)
-        except LookupError as exc:
-            problems[run.run_id] = str(exc)
+        except StepNotRecoverable as exc:
+            refusals[run.run_id] = exc
             continue
         await journal.mark_recovering(run.run_id)
         claimed.append((run, plan, specs))
@@ -217,20 +227,23 @@ async def recover_unfinished(
     if failures:
         raise failures[0]
     recovered = tuple(run for run in results if run is not None)
-    if problems:
-        raise RecoveryIncomplete(journal.path, problems, recovered)
+    if refusals:
+        raise RecoveryIncomplete(journal.path, refusals, recovered)
     return recovered
 
 
 def _rebuild(resolver: StepResolver, plan: RecoveryPlan) -> tuple[StepSpec, ...]:
+    """The steps `plan` owes compensations to, all rebuilt before any runs, or `StepNotRecoverable`."""
     specs = []
     for step_record, _ in plan.owed:
-        where = f"step {step_record.name!r} ({step_record.locator})"
         try:
             step = resolver.rebuild(step_record.locator)
             (spec,) = normalize_saga([(step, step_record.args, dict(step_record.kwargs))])
         except (LookupError, SagaDefinitionError) as exc:
-            raise LookupError(f"{where}: {exc}") from exc
+            problem = exc.problem if isinstance(exc, StepNotRecoverable) else str(exc)
+            raise StepNotRecoverable(
+                problem, run_id=plan.run_id, step=step_record.name, locator=str(step_record.locator)
+            ) from exc
         specs.append(
             StepSpec(
                 step_record.index,

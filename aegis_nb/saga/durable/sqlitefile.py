@@ -1,6 +1,14 @@
 """Opening SQLite files as journals: created private, locked for one writer, checked, log prepared.
 
 Also maps SQLite's errors to the journal's error tree. `store` builds `JournalFile` on these.
+
+A journal is trusted only if nobody but this user (or root) could have written it: recovery acts on
+what it says. `check_trusted` refuses, before SQLite opens anything, a journal (or its ``-wal`` or
+``-shm`` file) that is group- or world-writable or belongs to another user, and one in a folder
+others may write into (unless the folder is sticky, as /tmp is, and belongs to this user or root)
+or that belongs to another user, since they could replace the file. It also refuses a 0-byte file:
+a journal is never empty once created (`create_file` sets it up under another name and links it in
+place), so an empty one was truncated or put there, and setting it up anew would hide that.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import secrets
 import sqlite3
 import stat
 from pathlib import Path
@@ -21,6 +30,7 @@ from aegis_nb.saga.durable.errors import (
     JournalTooNew,
     JournalTooOld,
     JournalUnavailable,
+    JournalUntrusted,
 )
 
 APPLICATION_ID = 0x41654A6C
@@ -40,17 +50,150 @@ _LOG_SLACK = 64
 """Frames beyond the checkpoint threshold preallocated for the batch that crosses it."""
 
 
-def create_file(path: Path) -> bool:
-    """Create the journal with mode 0600 if it does not exist; True if it was created."""
+def create_file(path: Path, schema: str) -> bool:
+    """Create the journal, mode 0600, with `schema` in it, if it does not exist; True if it was created.
+
+    Set up under a name of its own and then linked in place, so a crash never leaves an empty
+    file at `path` (which `check_trusted` refuses), and a writer creating it at the same moment
+    finds either no file or a whole one. Where the file system has no hard links, the file is
+    created in place, and a crash before its schema is written leaves it empty.
+    """
+    if os.path.lexists(path):  # a dangling symlink too: `check_trusted` says what it is
+        return False
+    staged = path.with_name(f"{path.name}.new-{secrets.token_hex(4)}")
+    try:
+        fd = os.open(staged, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise JournalUnavailable(path, f"cannot create the file ({exc.strerror})") from exc
+    os.close(fd)
+    try:
+        _set_up(path, staged, schema)
+        try:
+            os.link(staged, path)
+        except FileExistsError:
+            return False  # another writer created it meanwhile: theirs is the journal
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+                raise JournalUnavailable(path, f"cannot create the file ({exc.strerror})") from exc
+            return _create_in_place(path, schema)
+    finally:
+        for leftover in (staged, Path(f"{staged}-journal")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+    _sync_folder(path)
+    return True
+
+
+def _create_in_place(path: Path, schema: str) -> bool:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
-        check_regular(path)
         return False
     except OSError as exc:
         raise JournalUnavailable(path, f"cannot create the file ({exc.strerror})") from exc
     os.close(fd)
+    _set_up(path, path, schema)
     return True
+
+
+def _set_up(path: Path, target: Path, schema: str) -> None:
+    """Write `schema` into the new, empty database `target` (named `path` in errors), in one transaction."""
+    db = connect(path, f"file:{quote(target)}?mode=rw")
+    try:
+        run_setup(path, db, lambda: db.executescript(f"BEGIN IMMEDIATE;{schema}COMMIT;"))
+    finally:
+        db.close()
+
+
+def _sync_folder(path: Path) -> None:
+    """Make the new name durable (best effort: some file systems cannot sync a folder)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def check_trusted(path: Path, *, created: bool = False) -> None:
+    """Refuse a journal others could have written, or an empty file (see the module docstring).
+
+    `created`: this process just created the file, so it holds no one else's words. Only the
+    file and its folders are looked at: nothing is opened, created or changed.
+    """
+    check_regular(path)
+    check_folders(path)
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            info = os.stat(name)
+        except FileNotFoundError:
+            continue  # no -wal or -shm: no writer has it open
+        except OSError as exc:
+            raise JournalUnavailable(path, f"cannot look at {name} ({exc.strerror})") from None
+        _check_owner_and_mode(path, name, info)
+    if not created and os.stat(path).st_size == 0:
+        raise JournalCorrupt(
+            path,
+            "is empty (0 bytes), which a journal never is: it was truncated or put there; "
+            "delete it to start a new journal",
+        )
+
+
+def check_folders(path: Path) -> None:
+    """Refuse a journal path in a folder others could write into (see the module docstring); a
+    folder that does not exist is left for creating or opening the file to report."""
+    for folder in _folders(path):
+        _check_folder(path, folder)
+
+
+def _folders(path: Path) -> tuple[Path, ...]:
+    """The folder the path names and, through symlinks, the folder of the file itself."""
+    given = Path(os.path.abspath(path)).parent
+    real = path.resolve().parent
+    return (given,) if real == given else (given, real)
+
+
+def _check_folder(path: Path, folder: Path) -> None:
+    try:
+        info = os.stat(folder)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise JournalUnavailable(path, f"cannot look at its folder {folder} ({exc.strerror})") from None
+    me = os.geteuid()
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid not in (me, 0):
+        raise JournalUntrusted(
+            path,
+            f"its folder {folder} belongs to uid {info.st_uid}, not to this process (uid {me}) or root: "
+            f"its owner could replace the journal; keep the journal in a folder of your own",
+        )
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+        raise JournalUntrusted(
+            path,
+            f"its folder {folder} may be written by others (mode {mode:04o}) and is not sticky: they "
+            f"could replace the journal; keep it in a folder only you can write (chmod go-w {folder})",
+        )
+
+
+def _check_owner_and_mode(path: Path, name: Path, info: os.stat_result) -> None:
+    me = os.geteuid()
+    mode = stat.S_IMODE(info.st_mode)
+    which = "it" if name == path else str(name)
+    # Root's files are trusted (root can write ours anyway); another user's never, even by root:
+    # recovering them would act, as this user, on what that user wrote. Run as its owner instead.
+    if info.st_uid not in (me, 0):
+        raise JournalUntrusted(
+            path,
+            f"{which} belongs to uid {info.st_uid}, not to this process (uid {me}): a journal is only "
+            f"trusted by its own user; run as uid {info.st_uid}, or take it over: chown {me} {name}",
+        )
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise JournalUntrusted(
+            path,
+            f"{which} may be written by others (mode {mode:04o}), who could make recovery run their "
+            f"steps; make it private: chmod 600 {name}",
+        )
 
 
 def check_regular(path: Path) -> None:

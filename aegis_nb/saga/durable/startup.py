@@ -26,7 +26,12 @@ Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 def durable_engine(
     engine: WorkflowEngine | None, journal: str | os.PathLike[str] | Journal
 ) -> WorkflowEngine:
-    """`engine` (a new one if None) journaling to `journal`: a `Journal`, or a path for a `SqliteJournal`."""
+    """`engine` (a new one if None) journaling to `journal`: a `Journal`, or a path for a `SqliteJournal`.
+
+    A journal made from a path rebuilds, at start-up, only the steps this process has run; an app
+    whose module-level steps must be recovered after a restart passes its own journal instead:
+    ``SqliteJournal(path, steps=[...], allow_modules=["myapp"])`` (see `StepResolver`).
+    """
     if isinstance(journal, str | os.PathLike):
         journal = SqliteJournal(journal)
     if engine is None:
@@ -40,8 +45,9 @@ def durable_engine(
 def durable_lifespan(engine: WorkflowEngine, inner: Lifespan | None = None) -> Lifespan:
     """A lifespan that enters `inner`, recovers `engine`'s unfinished runs, serves, then closes the journal.
 
-    Runs whose steps cannot be rebuilt are logged and left unfinished (``aegis-nb runs`` shows them);
-    a journal that cannot be used at all stops the start-up.
+    Runs whose steps cannot be rebuilt, or that name code the journal does not allow, are logged and
+    left unfinished, nothing of theirs run (``aegis-nb runs`` shows them); a journal that cannot be
+    used at all (others could write it, say) stops the start-up.
     """
 
     @asynccontextmanager

@@ -12,6 +12,9 @@ process cannot recover runs that are still live in the first.
 
 Opening checks before writing anything: a file that is not an aegis_nb journal, is damaged or
 truncated, or was written by a newer schema raises a `JournalError` and is left exactly as it was.
+So does a journal others could have written (group- or world-writable, another user's, in a folder
+others may write into) or an empty file (`sqlitefile.check_trusted`): reading it too, since what
+``aegis-nb runs`` shows of it could be anyone's.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from aegis_nb.saga.durable.errors import JournalCorrupt, JournalUnavailable
 from aegis_nb.saga.durable.sqlitefile import (
     APPLICATION_ID,
     FILE_SCHEMA,
+    check_folders,
     check_header,
     check_integrity,
-    check_regular,
+    check_trusted,
     connect,
     create_file,
     lock_writer,
@@ -150,8 +154,14 @@ class JournalFile:
 
     @classmethod
     def open_writer(cls, path: Path) -> JournalFile:
-        """Open (creating if missing, mode 0600) for writing, holding the writer lock."""
-        created = create_file(path)
+        """Open (creating if missing, mode 0600) for writing, holding the writer lock.
+
+        A journal others could have written, or an empty file, is refused (`check_trusted`)
+        before anything is created beside it or opened.
+        """
+        check_folders(path)  # before anything is created in it
+        created = create_file(path, _SCHEMA)
+        check_trusted(path, created=created)
         lock_fd = lock_writer(path)
         try:
             db = connect(path, f"file:{quote(path)}?mode=rw")
@@ -161,7 +171,7 @@ class JournalFile:
                     check_integrity(path, db)
                 pragma(path, db, "PRAGMA journal_mode=WAL", expect="wal")
                 pragma(path, db, "PRAGMA synchronous=FULL")
-                if created or user_version(path, db) == 0:
+                if user_version(path, db) == 0:  # an empty database an older version left
                     run_setup(path, db, lambda: db.executescript(f"BEGIN IMMEDIATE;{_SCHEMA}COMMIT;"))
                 preallocate_log(path, db)
             except BaseException:
@@ -174,8 +184,12 @@ class JournalFile:
 
     @classmethod
     def open_reader(cls, path: Path) -> JournalFile:
-        """Open an existing journal read-only (no lock: a live writer may keep writing)."""
-        check_regular(path)
+        """Open an existing journal read-only (no lock: a live writer may keep writing).
+
+        Refused like a writer's (`check_trusted`) when others could have written it: listing its runs
+        would show their words as the journal's.
+        """
+        check_trusted(path)
         try:
             db, empty = _open_checked(path, f"file:{quote(path)}?mode=ro")
         except JournalUnavailable:
