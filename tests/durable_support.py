@@ -109,6 +109,9 @@ class CrashingJournal:
     async def open_run(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
         await self.inner.open_run(run_id, saga, specs)
 
+    def close_run(self, run_id: str) -> None:
+        self.inner.close_run(run_id)
+
     async def append(self, event: SagaEvent) -> None:
         if self.crashed:
             raise Crash

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import pytest
 
 from aegis_nb import AegisContext, SagaRolledBack, WorkflowEngine
 from aegis_nb.kernel.report import SagaStatus
-from aegis_nb.saga.durable import JournalUnavailable, SqliteJournal, read_runs
+from aegis_nb.saga.durable import JournalError, JournalUnavailable, SqliteJournal, read_runs
 from aegis_nb.saga.durable.store import EventRow, NewRun, Row
 from tests.durable_support import Act, World
 
@@ -50,10 +50,11 @@ class Transactions:
         assert file is not None
         write = file.write
 
-        def recording(rows: Sequence[Row], sync: bool = True) -> None:
-            write(rows, sync)
+        def recording(rows: Sequence[Row], sync: bool = True) -> Mapping[str, JournalError]:
+            refused = write(rows, sync)
             self.writes.append(("sync" if sync else "commit", tuple(row_name(r) for r in rows)))
             self.threads.append(threading.get_ident())
+            return refused
 
         file.write = recording  # type: ignore[method-assign]
 
@@ -212,10 +213,10 @@ async def test_a_batch_failing_on_the_writer_thread_fails_every_run_in_it_before
         assert file is not None
         write = file.write
 
-        def losing_the_disk(rows: Sequence[Row], sync: bool = True) -> None:
+        def losing_the_disk(rows: Sequence[Row], sync: bool = True) -> Mapping[str, JournalError]:
             if any(row_name(row) == "StepSucceeded Gate" for row in rows):
                 raise OSError("the disk went away")
-            write(rows, sync)
+            return write(rows, sync)
 
         file.write = losing_the_disk  # type: ignore[method-assign]
         engine = WorkflowEngine(journal=journal)

@@ -331,38 +331,37 @@ async def test_a_compensation_past_twice_its_budget_is_stopped_and_retried() -> 
     assert list(raised.value.report.compensated) == ["hotel", "flight"]
 
 
-async def test_a_journal_write_that_hangs_mid_rollback_is_cut_off_and_the_compensation_retried() -> None:
-    class StallsOnce(InMemoryJournal):
-        """Hangs on the first journal write of the hotel's compensation, then writes normally."""
+async def test_a_journal_write_slower_than_the_backstop_is_waited_for_and_the_undo_runs_once() -> None:
+    # A journal write is never cut off (the engine must know whether the journal holds an event),
+    # and its time does not count against the compensation's budget: the attempt after a write that
+    # outlasted the backstop gets its whole budget, rather than being cut off at its first await.
+    class SlowOnce(InMemoryJournal):
+        """Takes three budgets over the first journal write of the hotel's compensation."""
 
-        stalled = False
+        slowed = False
 
         async def append(self, event: SagaEvent) -> None:
-            if isinstance(event, CompensationStarted) and event.step == "hotel" and not self.stalled:
-                self.stalled = True
-                await anyio.sleep_forever()
+            if isinstance(event, CompensationStarted) and event.step == "hotel" and not self.slowed:
+                self.slowed = True
+                await anyio.sleep(0.06)  # the fault injected: a slow disk, not a wait for something
             await super().append(event)
 
-    calls, capture, journal = Calls(), EventCapture(), StallsOnce()
+    calls, capture, journal = Calls(), EventCapture(), SlowOnce()
     steps = [Recorded("flight", calls), Recorded("hotel", calls), Recorded("card", calls, fail="declined")]
     engine = WorkflowEngine(
         compensation_budget=0.02, compensation_retry=NO_WAIT, journal=journal, sinks=[capture]
     )
     with pytest.raises(SagaRolledBack) as raised:
         await engine.execute_saga(steps)
-    # The stalled write's event was never published; its attempt is recorded as failed, retried.
-    assert capture.trail()[-7:] == [
+    assert capture.trail()[-6:] == [
         ("StepFailed", "card"),
-        ("CompensationFailed", "hotel"),
         ("CompensationStarted", "hotel"),
         ("CompensationSucceeded", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
         ("SagaCompensated",),
     ]
-    failed = capture.events[-6]
-    assert isinstance(failed, CompensationFailed)
-    assert (failed.attempt, failed.will_retry, failed.error.type) == (1, True, "ToolTimeoutError")
+    assert journal.events(raised.value.report.run_id) == tuple(capture.events)
     assert calls.trail()[-2:] == [("compensate", "hotel"), ("compensate", "flight")]
     assert list(raised.value.report.compensated) == ["hotel", "flight"]
 

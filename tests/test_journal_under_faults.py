@@ -24,7 +24,6 @@ PER_WAVE = 12
 SHOWN = 5
 """Violations quoted in a failure message (each with its seed and the run's events); the rest are counted."""
 
-NOT_LANDED = pytest.mark.xfail(strict=True, reason="cancellation-safe journal not landed yet")
 
 
 def failure_message(tally: Tally) -> str:
@@ -33,7 +32,6 @@ def failure_message(tally: Tally) -> str:
     return "\n".join(tally.lines()) + f"\n{shown}" + (f"\n... and {more} more" if more > 0 else "")
 
 
-@NOT_LANDED
 @pytest.mark.anyio
 async def test_concurrent_cancelled_sagas_keep_every_invariant_through_recovery(tmp_path: Path) -> None:
     tally = Tally()
@@ -49,7 +47,6 @@ async def test_concurrent_cancelled_sagas_keep_every_invariant_through_recovery(
     assert tally.compensation_failures > 0
 
 
-@NOT_LANDED
 @pytest.mark.anyio
 async def test_one_runs_failed_write_never_breaks_another_runs_batch(tmp_path: Path) -> None:
     tally = Tally()

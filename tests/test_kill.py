@@ -234,11 +234,9 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     assert [target for target, n in tally.applied_undos.items() if n > 1] == []
 
 
-NOT_LANDED = pytest.mark.xfail(strict=True, reason="cancellation-safe journal not landed yet")
 FAULT_KILLS = 30
 
 
-@NOT_LANDED
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigkill_on_top_of_cancelled_callers_keeps_every_invariant(tmp_path: Path) -> None:
@@ -362,7 +360,6 @@ async def load_round(server: TravelServer, rng: random.Random, seen: Counter[str
         server.kill()
 
 
-@NOT_LANDED
 @pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.timeout(180)

@@ -29,10 +29,10 @@ from mcp.types import RequestParamsMeta
 from aegis_nb import AegisContext, FailureKind, RetryPolicy, SagaRolledBack, WorkflowEngine
 from aegis_nb.kernel.errors import ToolError, ToolTimeoutError, is_refusal
 from aegis_nb.kernel.report import ErrorInfo
+from aegis_nb.kernel.shielding import Handoff, outlast
 from aegis_nb.mock import DECLINED, DECLINED_TEST_CARD, TravelAgency, travel_saga, trip_context
 from aegis_nb.mock.travel import travel_app
 from aegis_nb.saga.durable import SqliteJournal
-from aegis_nb.saga.rollback import Handoff, outlast
 from aegis_nb.server.app import AegisMCP
 from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY
 from aegis_nb.server.session import unwrap_result

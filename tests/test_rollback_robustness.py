@@ -283,7 +283,8 @@ async def test_a_step_stopped_before_it_started_is_not_the_failed_step_and_owes_
 
 
 class LosesASuccess(InMemoryJournal):
-    """Fails the write of the first step's StepSucceeded: with an error, or by stalling past the deadline."""
+    """Fails the write of the first step's StepSucceeded with an error, or (`stall`) writes it only
+    after the saga's deadline has passed: a write is never cut off, so the next step is not run."""
 
     def __init__(self, stall: bool) -> None:
         super().__init__()
@@ -291,9 +292,9 @@ class LosesASuccess(InMemoryJournal):
 
     async def append(self, event: SagaEvent) -> None:
         if type(event).__name__ == "StepSucceeded" and event.seq == 2:
-            if self.stall:
-                await anyio.sleep_forever()  # the saga's deadline cuts it off
-            raise OSError("disk full")
+            if not self.stall:
+                raise OSError("disk full")
+            await anyio.sleep(0.1)  # the fault injected: a disk slower than the saga's 50 ms deadline
         await super().append(event)
 
 

@@ -152,7 +152,14 @@ class WorkflowEngine:
         sink_sets = (self._sinks, SinkSet(sinks)) if sinks else (self._sinks,)
         recorder = RunRecorder(run_id, clock, self.journal, sink_sets)
         forward = Forward(recorder, name, specs, ctx, self.compensation_retry, self.compensation_budget)
-        return await forward.run()
+        if self.journal is None:
+            return await forward.run()
+        try:
+            return await forward.run()
+        finally:
+            # Ended, or given up (an interrupt, a journal that failed): either way, what the journal
+            # holds of the run is now for recovery, in this process too.
+            self.journal.close_run(run_id)
 
     # -- recovering -----------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from aegis_nb.kernel.report import (
     SagaStatus,
     scrubbed_cause,
 )
+from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
@@ -50,7 +51,7 @@ from aegis_nb.saga.events import (
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import roll_back, run_shielded
+from aegis_nb.saga.rollback import roll_back
 
 _new_step_started = builder(StepStarted)
 _new_step_succeeded = builder(StepSucceeded)
@@ -83,16 +84,18 @@ class Forward:
         snapshots = self.snapshots
         started = clock()
         current = self.initial
-        await recorder.emit(SagaStarted, self.saga, self.step_names, current.deadline, current)
         guard = DeadlineGuard(current.deadline, clock)
         deadline = guard.deadline  # mirrored locally: read twice per step, written rarely
-        sinks = recorder.sinks  # likewise, until one is detached
         # What _fail needs to know if the step in hand raises.
         running: StepSpec | None = None
-        unrecorded: SagaEvent | None = None  # a StepSucceeded whose journal write has not returned
+        unrecorded: SagaEvent | None = None  # a StepSucceeded the journal has not recorded yet
         step_input = current
         step_started = now = clock()
         try:
+            # Inside the try: a cancellation the journal held during this write ends the run as
+            # rolled back (nothing to undo), not as a run left open.
+            await recorder.emit(SagaStarted, self.saga, self.step_names, current.deadline, current)
+            step_started = now = clock()
             with guard:
                 for spec in self.specs:
                     index, name, step, args, kwargs, timeout, _, _ = spec
@@ -107,17 +110,7 @@ class Forward:
                         # Refused before it started: not the failed step, and owed no compensation
                         # even if in doubt. The error names it and says so, for the report's summary.
                         raise ToolTimeoutError(name, deadline - step_started, "; it was not run")
-                    # recorder.emit and .publish, inlined: two events per step are most of the
-                    # engine's cost, and a call saved on each is measurable.
-                    event: SagaEvent = _new_step_started(run_id, len(events), step_started, index, name)
-                    if journal is not None:
-                        await journal.append(event)
-                    events.append(event)
-                    for sink in sinks:
-                        try:
-                            sink(event)
-                        except Exception:
-                            sinks = recorder.detach(sink, event)
+                    await recorder.record(_new_step_started(run_id, len(events), step_started, index, name))
 
                     # From here on the step may have acted (not if its StepStarted write failed).
                     running = spec
@@ -137,31 +130,27 @@ class Forward:
                     snapshots.append(current)
                     running = None
                     now = clock()
-                    event = _new_step_succeeded(
+                    # Held here until recorded: if the journal write fails, the rollback still
+                    # publishes the success, so the run's events tell what happened.
+                    unrecorded = _new_step_succeeded(
                         run_id, len(events), now, index, name, now - step_started, current
                     )
+                    await recorder.record(unrecorded)
+                    unrecorded = None
                     if journal is not None:
-                        # Held here until written: if the write fails or is cut off, the rollback
-                        # still records the success, so the run's events tell what happened.
-                        unrecorded = event
-                        await journal.append(event)
-                        unrecorded = None
                         now = clock()  # the write took time
-                    events.append(event)
-                    for sink in sinks:
-                        try:
-                            sink(event)
-                        except Exception:
-                            sinks = recorder.detach(sink, event)
         except BaseException as exc:
             return await self._fail(exc, started, running, step_input, step_started, unrecorded)
         try:
             await recorder.emit(SagaCommitted, self.saga, clock() - started, current)
         except BaseException as exc:
             if events and isinstance(events[-1], SagaCommitted):
-                raise  # a sink's interrupt, once the commit was recorded: the run did commit
-            # The commit's journal write failed or was cancelled: the run is not committed (recovery
-            # would undo it), so it is rolled back here as after any other failure between steps.
+                # The commit is recorded (a cancellation waits for the write, see RunRecorder.record):
+                # the run did commit, and nothing undoes it; the cancellation or a sink's interrupt
+                # propagates after it.
+                raise
+            # The commit's journal write failed: the run is not committed (recovery would undo it),
+            # so it is rolled back here as after any other failure between steps.
             return await self._fail(exc, started, None, current, clock())
         return SagaRun(tuple(events), current, None)
 
@@ -227,7 +216,7 @@ class Forward:
         succeed and will be compensated, so the run's events (and sinks) get it first.
         """
         recorder, clock = self.recorder, self.recorder.clock
-        if unrecorded is not None:
+        if unrecorded is not None and unrecorded not in recorder.events[-1:]:
             recorder.publish(unrecorded)
         snapshots = self.snapshots
         # Newest first, each with what its own execute returned; zip hands out its pairs lazily.

@@ -87,6 +87,9 @@ class InMemoryJournal:
     async def append(self, event: SagaEvent) -> None:
         self._runs.setdefault(event.run_id, []).append(event)
 
+    def close_run(self, run_id: str) -> None:
+        """Nothing to release: an in-memory journal has no recovery to hand a run to."""
+
     def run_ids(self) -> tuple[str, ...]:
         """Run ids in the order their first event arrived."""
         return tuple(self._runs)

@@ -12,6 +12,8 @@ from functools import partial
 from types import BuiltinFunctionType, BuiltinMethodType, FunctionType, MethodType
 from typing import Any, Protocol
 
+import anyio
+
 from aegis_nb.kernel.clock import Clock
 from aegis_nb.kernel.records import builder
 from aegis_nb.saga.definition import StepSpec
@@ -32,7 +34,16 @@ class Journal(Protocol):
         ...
 
     async def append(self, event: SagaEvent) -> None:
-        """Record `event`; return only once it is as durable as this journal promises."""
+        """Record `event`; return only once it is as durable as this journal promises.
+
+        A cancellation never cuts a write off: one that arrives meanwhile is raised only once the
+        event is recorded, so the engine knows the journal has it. A write that fails raises
+        `JournalError` (a run whose write failed writes no more).
+        """
+        ...
+
+    def close_run(self, run_id: str) -> None:
+        """The run's call is over, finished or not: what the journal holds of it is now for recovery."""
         ...
 
 
@@ -72,12 +83,31 @@ class RunRecorder:
         self.sinks = tuple(map(direct_call, self._subscribed))
 
     async def emit(self, event_type: type[SagaEvent], *fields: Any) -> SagaEvent:
-        """Create ``event_type(run_id, seq, time, *fields)``, journal it, then publish it."""
+        """Create ``event_type(run_id, seq, time, *fields)``, journal it, then publish it.
+
+        Afterwards the run's events and the journal agree (see `write`).
+        """
         event = builder(event_type)(self.run_id, len(self.events), self.clock(), *fields)
-        if self.journal is not None:
-            await self.journal.append(event)
-        self.publish(event)
+        await self.record(event)
         return event
+
+    async def record(self, event: SagaEvent) -> None:
+        """Journal `event`, then publish it, whatever cancellation lands meanwhile.
+
+        The write is shielded: the engine must know whether the journal holds an event, or it
+        could roll back a run whose end is on disk, or number its next event wrongly. anyio's
+        cancellation waits for the next await; a native asyncio one, which goes through shields,
+        is held by the journal until the event is recorded (see `Journal.append`) and raised here
+        after publishing it. A failed write (`JournalError`) publishes nothing.
+        """
+        if self.journal is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.journal.append(event)
+                except anyio.get_cancelled_exc_class():
+                    self.publish(event)
+                    raise
+        self.publish(event)
 
     def publish(self, event: SagaEvent) -> None:
         """Record `event` in the run and hand it to every sink (the journal must already have it)."""

@@ -12,20 +12,18 @@ cancelled; the scope is then swapped for a fresh one before anything else awaits
 
 `anyio.CancelScope(shield=True)` stops only anyio's cancellation. On asyncio a native `Task.cancel()`
 (`asyncio.timeout`, `wait_for`, a cancelled `asyncio.TaskGroup`) goes through it, so the engine runs
-its rollback with `run_shielded`, which stops both.
+its rollback with `aegis_nb.kernel.shielding.run_shielded`, which stops both.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from itertools import chain
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import NamedTuple
 
 import anyio
-import sniffio
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import ToolTimeoutError
@@ -38,15 +36,12 @@ from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,
     CompensationSucceeded,
-    SagaEvent,
 )
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
 
 _new_started = builder(CompensationStarted)
 _new_succeeded = builder(CompensationSucceeded)
-
-T = TypeVar("T")
 
 
 class OwedCompensation(NamedTuple):
@@ -85,92 +80,16 @@ async def roll_back(
             try:
                 with guard:
                     await rollback.drain(guard)
-            except ToolTimeoutError as exc:
-                await rollback.failed(exc, guard.started_at, None)
+            except ToolTimeoutError:
+                # The guard names the attempt it cut off; the error states the budget the
+                # compensation was given, and when it was cut off (between one and two budgets).
+                cut_off = ToolTimeoutError(
+                    guard.step,
+                    budget,
+                    f"; cut off {(guard.deadline - guard.started_at) * 1000:.1f} ms after it started",
+                )
+                await rollback.failed(cut_off, guard.started_at, None)
     return RollbackResult(tuple(rollback.compensated), tuple(rollback.failures))
-
-
-async def run_shielded(work: Coroutine[Any, Any, T]) -> T:
-    """Await `work` shielded from cancellation, a native asyncio `Task.cancel()` included.
-
-    On asyncio, `Task.cancel()` throws CancelledError into whatever the task awaits, anyio shield
-    or not. So there `work` runs in a task of its own (in a copy of this context, like any task):
-    a CancelledError that lands on this task is held until `work` is done, then raised unchanged.
-    `Task.cancelling()` is left as `cancel()` set it, so `asyncio.timeout` and anyio scopes further
-    out still recognise their cancellation. An exception from `work` wins over a held cancellation,
-    as one raised in a ``finally`` would. Elsewhere the anyio shield is all it takes.
-    """
-    if sniffio.current_async_library() != "asyncio":
-        with anyio.CancelScope(shield=True):
-            return await work
-    handoff = Handoff()
-    task = asyncio.get_running_loop().create_task(_settle(work, handoff))
-    # Keeps an anyio scope outside from re-delivering its cancellation on every loop turn meanwhile.
-    with anyio.CancelScope(shield=True):
-        cancelled = await outlast(task, handoff=handoff)
-    result, error = task.result()
-    del task
-    try:
-        if error is not None:
-            raise error
-        if cancelled is not None:
-            raise cancelled
-    finally:
-        del error, cancelled  # their tracebacks hold this frame: no cycle through it
-    return cast(T, result)
-
-
-class Handoff:
-    """Lets a task wake whoever `outlast`s it as its very last act.
-
-    A task's done callbacks run a loop turn after it ends, behind timers that came due meanwhile
-    (a live view's final redraw of the run, say), which would then run before the waiter resumes.
-    """
-
-    __slots__ = ("_waiter",)
-
-    def __init__(self) -> None:
-        self._waiter: asyncio.Future[None] | None = None
-
-    def wake(self) -> None:
-        """Called by the task as it ends: its waiter resumes on the next loop turn, first."""
-        if self._waiter is not None:
-            _wake(self._waiter, None)
-
-
-async def outlast(
-    task: asyncio.Future[Any],
-    on_cancel: Callable[[], object] | None = None,
-    *,
-    handoff: Handoff | None = None,
-) -> asyncio.CancelledError | None:
-    """Wait until `task` is done, whatever native cancellations land on this task meanwhile.
-
-    Returns the first of them (None if none came), for the caller to raise when it sees fit, and
-    calls `on_cancel` at each, to pass it on in a gentler form (cancelling an anyio scope, say).
-    A task given `handoff` may wake this waiter itself as it ends (`Handoff.wake`).
-    """
-    loop = asyncio.get_running_loop()
-    cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        # A future of our own to wait on: cancelling this task cancels it, not `task` (which
-        # `await task` would). Lighter than asyncio.wait, which costs a third of the detour.
-        done = loop.create_future()
-        task.add_done_callback(partial(_wake, done))
-        if handoff is not None:
-            handoff._waiter = done
-        try:
-            await done
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-            if on_cancel is not None:
-                on_cancel()
-    return cancelled
-
-
-def _wake(done: asyncio.Future[None], _: object) -> None:
-    if not done.done():  # a waiter cancelled with its task is left as it is
-        done.set_result(None)
 
 
 def _stray_cancellation(exc: BaseException) -> bool:
@@ -187,19 +106,6 @@ def _stray_cancellation(exc: BaseException) -> bool:
     except RuntimeError:  # not on asyncio, where no cancellation comes as asyncio's error
         return True
     return task is not None and task.cancelling() == 0
-
-
-async def _settle(work: Coroutine[Any, Any, T], handoff: Handoff) -> tuple[T | None, BaseException | None]:
-    """`work`'s result or exception, to raise in the awaiting task, which it wakes as it ends.
-
-    Raised out of a task, a KeyboardInterrupt or SystemExit would stop the event loop instead.
-    """
-    try:
-        outcome: tuple[T | None, BaseException | None] = (await work, None)
-    except BaseException as exc:
-        outcome = (None, exc)
-    handoff.wake()
-    return outcome
 
 
 class _Rollback:
@@ -243,9 +149,9 @@ class _Rollback:
         """Compensate the rest in order, each until it succeeds or its retries are spent."""
         recorder, budget, compensated = self.recorder, self.budget, self.compensated
         run_id, clock, journal, events = recorder.run_id, recorder.clock, recorder.journal, recorder.events
-        # Mirrored in locals, read once or twice per compensation and changed only by a failed
-        # attempt (or a detached sink, or a backstop re-armed once per budget).
-        backstop, sinks = guard.deadline, recorder.sinks
+        # Mirrored in a local, read once or twice per compensation and changed only by a failed
+        # attempt (or a backstop re-armed once per budget).
+        backstop = guard.deadline
         owed: Iterable[tuple[StepSpec, AegisContext]] = self.pending
         if self.in_hand is not None:
             owed = chain([self.in_hand], owed)
@@ -256,20 +162,17 @@ class _Rollback:
             try:
                 while True:
                     started = now
-                    if backstop < now + budget:
+                    await recorder.record(_new_started(run_id, len(events), now, index, name, attempt))
+                    if journal is not None:
+                        started = now = clock()  # the write took time: the budget starts after it
+                    if now >= backstop:
+                        # The write outlasted the backstop (it is shielded): the scope fired, and
+                        # would cut the attempt off at its first await.
+                        guard.renew(now + 2 * budget)
+                        backstop = guard.deadline
+                    elif backstop < now + budget:
                         guard.deadline = backstop = now + 2 * budget
                     ctx = snapshot._with_budget(now + budget)
-                    # recorder.emit and .publish, inlined: a long rollback is two events per step,
-                    # like the forward phase.
-                    event: SagaEvent = _new_started(run_id, len(events), now, index, name, attempt)
-                    if journal is not None:
-                        await journal.append(event)
-                    events.append(event)
-                    for sink in sinks:
-                        try:
-                            sink(event)
-                        except Exception:
-                            sinks = recorder.detach(sink, event)
                     try:
                         if args or kwargs:
                             await step.compensate(ctx, *args, **kwargs)
@@ -282,12 +185,7 @@ class _Rollback:
                         if (ended := clock()) >= backstop:  # outlived it in a shield: see below
                             guard.renew(ended + 2 * budget)
                         retry = await self.failed(exc, now, guard)
-                        backstop, sinks, attempt, now = (
-                            guard.deadline,
-                            recorder.sinks,
-                            self.attempt_number,
-                            clock(),
-                        )
+                        backstop, attempt, now = guard.deadline, self.attempt_number, clock()
                         if retry:
                             continue
                         break
@@ -298,16 +196,11 @@ class _Rollback:
                         # at its first await, long before its budget is spent.
                         guard.renew(now + 2 * budget)
                         backstop = guard.deadline
-                    event = _new_succeeded(run_id, len(events), now, index, name, attempt, now - started)
+                    await recorder.record(
+                        _new_succeeded(run_id, len(events), now, index, name, attempt, now - started)
+                    )
                     if journal is not None:
-                        await journal.append(event)
-                        now = clock()
-                    events.append(event)
-                    for sink in sinks:
-                        try:
-                            sink(event)
-                        except Exception:
-                            sinks = recorder.detach(sink, event)
+                        now = clock()  # the write took time
                     compensated.append(name)
                     if attempt != 1:
                         self.attempt_number, self.delays, self.in_hand = 1, None, None
@@ -353,9 +246,12 @@ class _Rollback:
             self.delays = policy.delays()
         delay = next(self.delays)
         self.attempt_number += 1
-        # Keep the backstop clear of the backoff, so it can only fire on a compensation.
+        # Keep the backstop clear of the backoff, so it can only fire on a compensation (renewed if
+        # it fired during the journal write, which is shielded).
         now = clock()
-        if guard is not None and guard.deadline < now + delay + self.budget:
+        if guard is not None and now >= guard.deadline:
+            guard.renew(now + delay + 2 * self.budget)
+        elif guard is not None and guard.deadline < now + delay + self.budget:
             guard.deadline = now + delay + 2 * self.budget
         await anyio.sleep(delay)
         return True

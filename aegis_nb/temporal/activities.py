@@ -38,10 +38,10 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import StepResultError, ToolTimeoutError, is_refusal
 from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.report import exception_text, scrub
+from aegis_nb.kernel.shielding import outlast
 from aegis_nb.kernel.text import replace_surrogates
 from aegis_nb.saga.durable.codec import context_to_json
 from aegis_nb.saga.durable.locator import StepResolver
-from aegis_nb.saga.rollback import outlast
 from aegis_nb.temporal.names import COMPENSATE_ACTIVITY, EXECUTE_ACTIVITY
 from aegis_nb.temporal.plan import StepCall, convert_deadline, restamp, wall_clock
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -20,21 +20,27 @@ import sniffio
 from aegis_nb.saga.durable.errors import JournalError
 from aegis_nb.saga.durable.store import Row
 
-Write = Callable[[list[Row], bool], None]
-"""Write rows in one transaction, synced or not (`JournalFile.write`)."""
+Write = Callable[[list[Row], bool], Mapping[str, JournalError]]
+"""Write rows in one transaction, synced or not; returns the runs whose rows the file refused
+(`JournalFile.write`)."""
 
 Written = Callable[[list[Row], "Batch"], None]
 """Called on the event loop once a batch is written (or failed): the journal settles its runs."""
 
 
 class Batch:
-    """Rows written in one transaction; every task with a row in it waits for `written`."""
+    """Rows written in one transaction; every task with a row in it waits for `written`.
 
-    __slots__ = ("error", "written")
+    `error` fails the whole batch (nothing of it was written); `refused` names runs whose rows alone
+    were left out, while the rest of the batch was written.
+    """
+
+    __slots__ = ("error", "refused", "written")
 
     def __init__(self) -> None:
         self.written = anyio.Event()
         self.error: JournalError | None = None
+        self.refused: Mapping[str, JournalError] = {}
 
 
 class BatchWriter:
@@ -55,6 +61,9 @@ class BatchWriter:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._notify: Callable[..., object] | None = None
+        # Runs the file refused rows of: their later rows are refused too, or the run would have a
+        # hole where the refused row was (its next rows may already be queued when it hears of it).
+        self._refused: dict[str, JournalError] = {}
 
     # -- on the event loop ---------------------------------------------------------------------
 
@@ -88,6 +97,23 @@ class BatchWriter:
                 self._start()
             self._wake.notify()
             return batch
+
+    def write(self, rows: list[Row], sync: bool) -> Mapping[str, JournalError]:
+        """Write `rows` in one transaction, less the rows of runs refused before; returns every run
+        whose rows were left out, with its error. Called by the thread, or on the loop by a lone run."""
+        with self._lock:
+            earlier = {row.run_id: self._refused[row.run_id] for row in rows if row.run_id in self._refused}
+        kept = [row for row in rows if row.run_id not in earlier] if earlier else rows
+        refused = self._write(kept, sync)
+        if refused:
+            with self._lock:
+                self._refused.update(refused)
+        return {**earlier, **refused} if earlier else refused
+
+    def forget(self, run_id: str) -> None:
+        """The run is over: a refusal of it is no longer needed."""
+        with self._lock:
+            self._refused.pop(run_id, None)
 
     def has_pending(self) -> bool:
         """Some row is not written yet."""
@@ -130,7 +156,7 @@ class BatchWriter:
                 rows, sync = self._rows, self._sync
                 self._rows, self._sync, self._batch, self._busy = [], False, None, True
             try:
-                self._write(rows, sync)
+                batch.refused = self.write(rows, sync)
             except BaseException as exc:  # whatever it was, the waiting tasks must hear of it
                 batch.error = self._failed(exc)
             with self._lock:

@@ -43,6 +43,7 @@ import anyio.lowlevel
 
 from aegis_nb.kernel.records import builder, record
 from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.batches import Batch, BatchWriter
 from aegis_nb.saga.durable.codec import json_problem
@@ -72,7 +73,6 @@ _STATUS: Mapping[type, SagaStatus] = {
     SagaCompensated: SagaStatus.ROLLED_BACK,
     SagaStuck: SagaStatus.STUCK,
 }
-_FINAL = (SagaCommitted, SagaCompensated, SagaStuck)
 _new_event_row = builder(EventRow)  # two rows per step: the fast constructor
 
 
@@ -211,29 +211,29 @@ class SqliteJournal:
         self._pending.queue(NewRun(run_id, saga, encode_steps(specs, locators)))
 
     async def append(self, event: SagaEvent) -> None:
-        """Record `event`; return once it is as durable as the engine needs (see the module docstring)."""
+        """Record `event`; return once it is as durable as the engine needs (see the module docstring).
+
+        Not cut off by cancellation: the write runs to its end in `run_shielded`, and a cancellation
+        that arrived meanwhile is raised after it, so the caller knows the journal has the event.
+        """
         run_id = event.run_id
-        final = isinstance(event, _FINAL)
         broken = self._broken.get(run_id)
         if broken is not None:
-            if final:
-                self._live.pop(run_id, None)
             raise broken.again()
-        if self._file is None:
-            await self.open()
         row = _new_event_row(run_id, event.seq, encode_event(event), _STATUS.get(type(event)))
         live = self._live.get(run_id)
         level = durability_of(event) if live is None else live.durability(event)
-        if level is Durability.QUEUED:  # never a run's end, which is always synced
+        if level is Durability.QUEUED and self._file is not None:  # never a run's end: always synced
             self._pending.queue(row)
             return
-        try:
-            await self._commit(row, level)
-        finally:
-            if final:
-                # Live until its end is on disk: a recovery reading the run before then must leave
-                # it alone, or it would undo a run that is about to commit.
-                self._live.pop(run_id, None)
+        await run_shielded(self._write_row(row, level))
+
+    def close_run(self, run_id: str) -> None:
+        """The run's call is over. Until now it was live, and recovery left it alone: had it read
+        the run before its end was on disk, it would have undone a run about to commit."""
+        self._live.pop(run_id, None)
+        self._broken.pop(run_id, None)
+        self._pending.forget(run_id)
 
     # -- reading (recovery, listing, replay) -------------------------------------------------------
 
@@ -299,8 +299,21 @@ class SqliteJournal:
 
     # -- group commit ------------------------------------------------------------------------------
 
+    async def _write_row(self, row: EventRow, level: Durability) -> None:
+        """`append`'s shielded part: open the file if need be, then queue or commit `row`."""
+        if self._file is None:
+            await self.open()
+        if level is Durability.QUEUED:
+            self._pending.queue(row)
+        else:
+            await self._commit(row, level)
+
     async def _commit(self, row: Row | None, level: Durability = Durability.SYNCED) -> None:
-        """Write `row` with every pending row, and return once they are written."""
+        """Write `row` with every pending row, and return once they are written.
+
+        A row the file refused (`JournalFile.write`'s constraint check) fails its own run only.
+        """
+        refused: Mapping[str, JournalError]
         if len(self._live) <= 1:
             # Tasks ready to run go first: one may start a run, and then this one is not alone.
             await anyio.lowlevel.cancel_shielded_checkpoint()
@@ -308,21 +321,24 @@ class SqliteJournal:
             if rows is not None:
                 # Alone: no other run's step can wait on the loop behind this write.
                 try:
-                    self._write(rows, level is Durability.SYNCED)
+                    refused = self._pending.write(rows, level is Durability.SYNCED)
                 except BaseException as exc:
                     error = self._write_error(exc)
-                    self._settle_rows(rows, error)
+                    self._settle_rows(rows, error, {})
                     if isinstance(exc, Exception):
                         raise error from None
                     raise
+                self._settle_rows(rows, None, refused)
+                _raise_refusal(row, refused)
                 return
         batch = self._pending.submit(row, sync=level is Durability.SYNCED)
         await _written(batch)
         if batch.error is not None:
             raise batch.error.again()
+        _raise_refusal(row, batch.refused)
 
-    def _write(self, rows: list[Row], sync: bool) -> None:
-        self._opened_file().write(rows, sync)
+    def _write(self, rows: list[Row], sync: bool) -> Mapping[str, JournalError]:
+        return self._opened_file().write(rows, sync)
 
     def _write_error(self, exc: BaseException) -> JournalError:
         """A write's failure as the runs in its batch see it."""
@@ -334,12 +350,16 @@ class SqliteJournal:
 
     def _settle(self, rows: list[Row], batch: Batch) -> None:
         """On the event loop, once the writer thread wrote (or failed to write) `batch`."""
-        self._settle_rows(rows, batch.error)
+        self._settle_rows(rows, batch.error, batch.refused)
         batch.written.set()
 
-    def _settle_rows(self, rows: list[Row], error: JournalError | None) -> None:
+    def _settle_rows(
+        self, rows: list[Row], error: JournalError | None, refused: Mapping[str, JournalError]
+    ) -> None:
         """After a failed write: a lost ride-along row would leave a hole in its run, so that run
-        writes no more."""
+        writes no more. A failed batch stops every run in it; a refused run stops alone."""
+        for run_id, refusal in refused.items():
+            self._broken.setdefault(run_id, refusal)
         if error is not None:
             for row in rows:
                 self._broken.setdefault(row.run_id, error)
@@ -348,6 +368,12 @@ class SqliteJournal:
         if self._file is None:
             raise JournalError(self.path, "the journal is closed")
         return self._file
+
+
+def _raise_refusal(row: Row | None, refused: Mapping[str, JournalError]) -> None:
+    """Raise the refusal of `row`'s run, if the file refused that run's rows."""
+    if row is not None and row.run_id in refused:
+        raise refused[row.run_id].again()
 
 
 async def _written(batch: Batch) -> None:

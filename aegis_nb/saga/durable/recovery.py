@@ -35,6 +35,7 @@ from aegis_nb.kernel.report import (
     SagaReport,
     SagaStatus,
 )
+from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.saga.definition import StepSpec, normalize_saga
 from aegis_nb.saga.durable.errors import JournalError, StepNotRecoverable
 from aegis_nb.saga.durable.locator import StepResolver
@@ -53,7 +54,7 @@ from aegis_nb.saga.events import (
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import Journal, RunRecorder, SinkSet
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import OwedCompensation, roll_back, run_shielded
+from aegis_nb.saga.rollback import OwedCompensation, roll_back
 
 CRASH = ErrorInfo("ProcessCrashed", "the process running the saga stopped before the run finished")
 """The cause recorded for a run that crashed before anything failed."""
@@ -297,7 +298,10 @@ async def _finish(
         return report
 
     # Shielded as a live rollback is, against asyncio's native cancellation too.
-    report = await run_shielded(compensate_and_report())
+    try:
+        report = await run_shielded(compensate_and_report())
+    finally:
+        journal.close_run(run.run_id)
     failures = report.compensation_failures
     error_type = SagaCompensationFailed if failures else SagaRolledBack
     error: SagaFailed = error_type(report)

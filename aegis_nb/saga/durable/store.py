@@ -24,14 +24,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import SagaStatus
-from aegis_nb.saga.durable.errors import JournalCorrupt, JournalUnavailable
+from aegis_nb.saga.durable.errors import JournalCorrupt, JournalError, JournalUnavailable
 from aegis_nb.saga.durable.sqlitefile import (
     APPLICATION_ID,
     FILE_SCHEMA,
@@ -212,16 +212,15 @@ class JournalFile:
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def write(self, rows: Sequence[Row], sync: bool = True) -> None:
+    def write(self, rows: Sequence[Row], sync: bool = True) -> Mapping[str, JournalError]:
         """Write `rows` in one transaction; on failure nothing of them is written.
 
         With `sync`, the commit is one fdatasync of the log and survives a power loss (so does every
         commit before it); without, it survives the process being killed, not the machine failing.
+        A run whose rows break a constraint (an event numbered twice) is left out, its rows rolled
+        back to a savepoint, while the others' rows are written: the runs refused so are returned,
+        each with its error, so that one run's bad row never fails another's.
         """
-        runs = [(r.run_id, r.saga, SagaStatus.RUNNING.value, r.steps) for r in rows if isinstance(r, NewRun)]
-        events = [(r.run_id, r.seq, r.body) for r in rows if isinstance(r, EventRow)]
-        statuses = [(r.status.value, r.run_id) for r in rows if isinstance(r, EventRow) and r.status]
-        marks = [(r.run_id,) for r in rows if isinstance(r, RecoveryMark)]
         now = time.time()
         with self._lock:
             db = self._db
@@ -229,34 +228,48 @@ class JournalFile:
                 if sync is not self._synchronous:  # applies to the next commit on this connection
                     db.execute("PRAGMA synchronous=FULL" if sync else "PRAGMA synchronous=NORMAL")
                     self._synchronous = sync
-                db.execute("BEGIN IMMEDIATE")
                 try:
-                    if runs:
-                        db.executemany(
-                            "INSERT INTO runs (run_id, saga, status, steps, created, updated)"
-                            f" VALUES (?, ?, ?, ?, {now!r}, {now!r})",
-                            runs,
-                        )
-                    if marks:
-                        db.executemany("UPDATE runs SET recoveries = recoveries + 1 WHERE run_id = ?", marks)
-                    db.executemany(
-                        "INSERT INTO events (run_no, seq, body)"
-                        " VALUES ((SELECT run_no FROM runs WHERE run_id = ?), ?, ?)",
-                        events,
-                    )
-                    if statuses:
-                        db.executemany(
-                            f"UPDATE runs SET status = ?, updated = {now!r} WHERE run_id = ?", statuses
-                        )
-                    db.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        db.execute("ROLLBACK")
-                    raise
+                    self._transaction(lambda: _insert(db, rows, now))
+                    refused: dict[str, JournalError] = {}
+                except sqlite3.IntegrityError:
+                    refused = {}
+                    self._transaction(lambda: refused.update(self._insert_each_run(rows, now)))
             except sqlite3.Error as exc:
                 raise sqlite_error(self.path, exc, "could not write") from exc
             self.commits += 1
             self.syncs += sync
+        return refused
+
+    def _transaction(self, work: Callable[[], object]) -> None:
+        """``BEGIN IMMEDIATE``, `work`, ``COMMIT``; rolled back if `work` raises ; caller holds the lock."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            work()
+            db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+
+    def _insert_each_run(self, rows: Sequence[Row], now: float) -> dict[str, JournalError]:
+        """Insert each run's rows under a savepoint of its own; returns the runs that were refused."""
+        db = self._db
+        by_run: dict[str, list[Row]] = {}
+        for row in rows:
+            by_run.setdefault(row.run_id, []).append(row)
+        refused: dict[str, JournalError] = {}
+        for run_id, own in by_run.items():
+            db.execute("SAVEPOINT run")
+            try:
+                _insert(db, own, now)
+            except sqlite3.IntegrityError as exc:
+                db.execute("ROLLBACK TO run")
+                refused[run_id] = JournalUnavailable(
+                    self.path, f"refused the events of run {run_id} ({exc}); other runs were written"
+                )
+            db.execute("RELEASE run")
+        return refused
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -330,6 +343,28 @@ class JournalFile:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+def _insert(db: sqlite3.Connection, rows: Sequence[Row], now: float) -> None:
+    """Insert `rows` (new runs, recovery marks, events and the status changes they make)."""
+    runs = [(r.run_id, r.saga, SagaStatus.RUNNING.value, r.steps) for r in rows if isinstance(r, NewRun)]
+    events = [(r.run_id, r.seq, r.body) for r in rows if isinstance(r, EventRow)]
+    statuses = [(r.status.value, r.run_id) for r in rows if isinstance(r, EventRow) and r.status]
+    marks = [(r.run_id,) for r in rows if isinstance(r, RecoveryMark)]
+    if runs:
+        db.executemany(
+            "INSERT INTO runs (run_id, saga, status, steps, created, updated)"
+            f" VALUES (?, ?, ?, ?, {now!r}, {now!r})",
+            runs,
+        )
+    if marks:
+        db.executemany("UPDATE runs SET recoveries = recoveries + 1 WHERE run_id = ?", marks)
+    db.executemany(
+        "INSERT INTO events (run_no, seq, body) VALUES ((SELECT run_no FROM runs WHERE run_id = ?), ?, ?)",
+        events,
+    )
+    if statuses:
+        db.executemany(f"UPDATE runs SET status = ?, updated = {now!r} WHERE run_id = ?", statuses)
 
 
 def _status(path: Path, run_id: object, value: object) -> SagaStatus:
