@@ -271,6 +271,29 @@ async def test_the_apps_own_steps_are_rebuilt_only_from_the_modules_it_allows(tm
     assert lines(logfile) == ["do a", "do b", "undo b", "undo a"]
 
 
+@pytest.mark.anyio
+async def test_an_aegismcp_apps_workflow_module_is_its_own_so_its_steps_recover(tmp_path: Path) -> None:
+    # `AegisMCP(..., journal=path)` cannot name modules; the modules of its workflows are the app's
+    # own code, so the step classes defined beside them recover after a restart, and nothing else.
+    from aegis_nb import AegisMCP
+
+    path, logfile = tmp_path / "j.db", tmp_path / "log"
+    await crashed_run(path, logfile)
+    app = AegisMCP("Restarted", journal=path)
+
+    async def book(ctx: AegisContext) -> AegisContext:
+        return ctx
+
+    app.workflow("book")(book)  # defined in this module, as an app's workflow is in the app's
+    async with app.workflow_engine.journal as restarted:  # type: ignore[union-attr]
+        assert isinstance(restarted, SqliteJournal)
+        assert restarted.resolver.may_import(HERE)
+        assert not restarted.resolver.may_import("subprocess")
+        (run,) = await app.workflow_engine.recover()
+    assert run.report.status is SagaStatus.ROLLED_BACK
+    assert lines(logfile) == ["do a", "do b", "undo b", "undo a"]
+
+
 def test_aegis_nb_recover_refuses_an_edited_journal_in_a_process_of_its_own(tmp_path: Path) -> None:
     path, logfile, marker = tmp_path / "j.db", tmp_path / "log", tmp_path / "marker"
     anyio.run(crashed_run, path, logfile)

@@ -28,6 +28,7 @@ PUBLIC_API = [
     "JournalTooNew",
     "JournalTooOld",
     "JournalUnavailable",
+    "JournalUntrusted",
     "Latency",
     "Ledger",
     "LiveView",

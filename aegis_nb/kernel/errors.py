@@ -9,6 +9,10 @@
      ├── ServerUnreachable         (also ConnectionError) an MCP or Temporal server could not be reached
      ├── MissingExtra              (also ModuleNotFoundError, in kernel.extras) a part needs an extra:
      │                                                 the message gives the pip line
+     ├── UnsafeServing             (also ValueError, in server.http_security) HTTP off loopback with
+     │                                                 no allowed hosts: refused before serving
+     ├── JournalError              (in saga.durable.errors, drawn there) the journal cannot be used;
+     │                                                 JournalUntrusted: others could write it
      └── SagaFailed                                    a saga did not commit; carries a SagaReport
           ├── SagaRolledBack                           every completed step was compensated
           └── SagaCompensationFailed                   some compensation still failed: see report

@@ -157,15 +157,19 @@ def exception_text(exc: BaseException) -> str:
 class ScrubbedError(Exception):
     """Stands in, as a saga error's ``__cause__``, for an error whose text (or chain) held a secret.
 
-    Its message is the original's type and scrubbed text; it keeps the original's traceback (where
-    it was raised: source lines, not values) but not its chain, which may hold the secret too.
+    Its message is the original's type and scrubbed text, its notes the original's scrubbed; it
+    keeps the original's traceback (where it was raised: source lines, not values) but not its
+    chain, which may hold the secret too.
     """
 
     def __init__(self, original: BaseException, secrets: Iterable[str]) -> None:
+        secrets = tuple(secrets)
         super().__init__(f"{type(original).__name__}: {scrub(exception_text(original), secrets)}")
         self.original_type = type(original).__name__
         self.__traceback__ = original.__traceback__
         self.__suppress_context__ = True
+        for note in _notes(original):
+            self.add_note(scrub(note, secrets))
 
 
 def scrubbed_cause(exc: BaseException, secrets: Iterable[str]) -> BaseException:
@@ -184,13 +188,20 @@ def scrubbed_cause(exc: BaseException, secrets: Iterable[str]) -> BaseException:
         if error is None or id(error) in seen:
             continue
         seen.add(id(error))
-        text = exception_text(error)
-        if scrub(text, secrets) != text:
-            return ScrubbedError(exc, secrets)
+        # A note (`add_note`) prints with the traceback, so it may reveal a secret as well.
+        for text in (exception_text(error), *_notes(error)):
+            if scrub(text, secrets) != text:
+                return ScrubbedError(exc, secrets)
         pending += [error.__cause__, error.__context__]
         if isinstance(error, BaseExceptionGroup):
             pending += error.exceptions
     return exc
+
+
+def _notes(exc: BaseException) -> tuple[str, ...]:
+    """The exception's notes as text (a note that is not a string prints as its ``str``)."""
+    notes = getattr(exc, "__notes__", None)
+    return tuple(str(note) for note in notes) if isinstance(notes, list) else ()
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

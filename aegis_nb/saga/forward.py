@@ -185,12 +185,10 @@ class Forward:
         waits for every owed compensation, then gets its cancellation.
         """
         kind = _classify(exc)
-        secrets = step_input.secret_values()
-        if failed is not None and (failed.args or failed.kwargs):
-            secrets += argument_secrets(failed.args, failed.kwargs)
+        secrets = self._secrets_held(step_input)
         cause = ErrorInfo.from_exception(exc, secrets)
         report = await run_shielded(
-            self._roll_back(exc, kind, cause, started, failed, step_input, step_started, unrecorded)
+            self._roll_back(exc, kind, cause, secrets, started, failed, step_input, step_started, unrecorded)
         )
         if kind in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
             raise exc
@@ -199,11 +197,26 @@ class Forward:
         error.__cause__ = scrubbed_cause(exc, secrets)
         return SagaRun(tuple(self.recorder.events), None, error, report)
 
+    def _secrets_held(self, step_input: AegisContext) -> tuple[str, ...]:
+        """Every secret value the run has held: in each context so far and in any step's arguments.
+
+        Not only the failing step's: a step may have swapped the card for a token, or a later one
+        added a key, and an error's text (or note) may quote any of them.
+        """
+        held = [*self.initial.secret_values(), *step_input.secret_values()]
+        for snapshot in self.snapshots:
+            held += snapshot.secret_values()
+        for spec in self.specs:
+            if spec.args or spec.kwargs:
+                held += argument_secrets(spec.args, spec.kwargs)
+        return tuple(dict.fromkeys(held))
+
     async def _roll_back(
         self,
         exc: BaseException,
         kind: FailureKind,
         cause: ErrorInfo,
+        secrets: tuple[str, ...],
         started: float,
         failed: StepSpec | None,
         step_input: AegisContext,
@@ -233,10 +246,7 @@ class Forward:
             if failed.in_doubt and not cause.refused:
                 owed = chain([(failed, step_input)], owed)
         result = await roll_back(
-            recorder,
-            owed,
-            default_retry=self.retry,
-            budget=self.budget,
+            recorder, owed, default_retry=self.retry, budget=self.budget, secrets=secrets
         )
         status = SagaStatus.STUCK if result.failures else SagaStatus.ROLLED_BACK
         report = self._report(

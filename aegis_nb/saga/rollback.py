@@ -66,13 +66,17 @@ async def roll_back(
     *,
     default_retry: RetryPolicy,
     budget: float,
+    secrets: tuple[str, ...] = (),
 ) -> RollbackResult:
     """Compensate `owed` in the order given (callers pass newest first), shielded from cancellation.
 
-    The shield is anyio's: on asyncio, call this through `run_shielded` to survive a native
-    `Task.cancel()` as well.
+    `secrets` are the values the run has held, scrubbed from every failure's text (besides those
+    in each step's own snapshot and arguments). The shield is anyio's: on asyncio, call this through
+    `run_shielded` to survive a native `Task.cancel()` as well. An interrupt (KeyboardInterrupt,
+    SystemExit) in a compensation is recorded as that attempt's failure, still owed, and raised:
+    the rest of the rollback is left to `recover()`.
     """
-    rollback = _Rollback(recorder, owed, default_retry, budget)
+    rollback = _Rollback(recorder, owed, default_retry, budget, secrets)
     with anyio.CancelScope(shield=True):
         while not rollback.done:
             # A fresh backstop after each one that fired; normally this loop runs once.
@@ -122,6 +126,7 @@ class _Rollback:
         "in_hand",
         "pending",
         "recorder",
+        "secrets",
     )
 
     def __init__(
@@ -130,8 +135,10 @@ class _Rollback:
         owed: Iterable[tuple[StepSpec, AegisContext]],
         default_retry: RetryPolicy,
         budget: float,
+        secrets: tuple[str, ...],
     ) -> None:
         self.recorder = recorder
+        self.secrets = secrets
         self.pending = iter(owed)
         self.done = False
         # A compensation whose attempt failed and which is still owed: recorded only when an
@@ -180,6 +187,8 @@ class _Rollback:
                             await step.compensate(ctx)
                     except BaseException as exc:
                         if not (isinstance(exc, Exception) or _stray_cancellation(exc)):
+                            if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                                await self.interrupted(spec, attempt, exc, started)
                             raise  # an interrupt, or the backstop's cancellation
                         self.in_hand = spec, snapshot
                         if (ended := clock()) >= backstop:  # outlived it in a shield: see below
@@ -215,6 +224,13 @@ class _Rollback:
             # Nothing awaits from here to the next compensation's start: `now` serves both.
         self.done = True
 
+    async def interrupted(self, spec: StepSpec, attempt: int, exc: BaseException, started: float) -> None:
+        """Record that an interrupt stopped this attempt: it is still owed (``will_retry``), and the
+        run stays unfinished in the journal, for `recover()` to finish."""
+        error = ErrorInfo(type(exc).__name__, "interrupted: the rest of the rollback is left for recovery")
+        duration = self.recorder.clock() - started
+        await self.recorder.emit(CompensationFailed, spec.index, spec.name, attempt, duration, error, True)
+
     async def failed(self, exc: BaseException, started: float, guard: DeadlineGuard | None) -> bool:
         """Record a failed attempt of the compensation in hand (begun at `started`).
 
@@ -223,7 +239,7 @@ class _Rollback:
         assert self.in_hand is not None
         (spec, snapshot), clock = self.in_hand, self.recorder.clock
         policy = spec.retry or self.default_retry
-        secrets = snapshot.secret_values()
+        secrets = self.secrets + snapshot.secret_values()
         if spec.args or spec.kwargs:
             secrets += argument_secrets(spec.args, spec.kwargs)
         error = ErrorInfo.from_exception(exc, secrets)

@@ -5,6 +5,7 @@ from aegis_nb.kernel.extras import needs_extra
 with needs_extra("mcp", "aegis_nb.server (AegisMCP, connect, ToolPairStep)"):
     from aegis_nb.server.app import AegisMCP, Transport, Workflow
     from aegis_nb.server.deadline import TIMEOUT_META_KEY, InvalidRequestMeta
+    from aegis_nb.server.http_security import UnsafeServing
     from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY, StepTiming, WorkflowResult
     from aegis_nb.server.session import ToolCaller, ToolSession, connect, unwrap_result
     from aegis_nb.server.tool_step import ToolPairStep
@@ -21,6 +22,7 @@ __all__ = [
     "ToolPairStep",
     "ToolSession",
     "Transport",
+    "UnsafeServing",
     "Workflow",
     "WorkflowResult",
     "connect",

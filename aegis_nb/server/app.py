@@ -208,9 +208,20 @@ class AegisMCP(MCPServer[Any]):
             tool.fn_metadata.output_schema = workflow_output_schema()
             tool.fn_metadata.output_model = None
             self._workflows[workflow_name] = spec
+            self._trust_module_of(fn)
             return fn
 
         return decorator
+
+    def _trust_module_of(self, fn: Callable[..., Any]) -> None:
+        """Let start-up recovery rebuild the step classes defined beside a workflow (its module is the
+        app's own code), as `SqliteJournal(allow_modules=...)` would; other modules stay refused."""
+        from aegis_nb.saga.durable.locator import StepResolver  # only a durable app needs it
+
+        resolver = getattr(self.workflow_engine.journal, "resolver", None)
+        module = getattr(fn, "__module__", None)
+        if isinstance(resolver, StepResolver) and isinstance(module, str):
+            resolver.trust(module)
 
     def _workflow_runner(
         self, spec: Workflow, own_context: str | None

@@ -22,6 +22,7 @@ from aegis_nb.saga.durable.errors import (
     JournalTooNew,
     JournalTooOld,
     JournalUnavailable,
+    JournalUntrusted,
     StepNotRecoverable,
 )
 from aegis_nb.saga.durable.journal import SqliteJournal
@@ -45,6 +46,7 @@ __all__ = [
     "JournalTooNew",
     "JournalTooOld",
     "JournalUnavailable",
+    "JournalUntrusted",
     "JournaledRun",
     "LocatorKind",
     "RecoverableJournal",

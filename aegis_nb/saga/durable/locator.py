@@ -129,6 +129,11 @@ class StepResolver:
         """The registered steps by name."""
         return self._registry
 
+    def trust(self, module: str) -> None:
+        """Count `module` as the app's own (an `AegisMCP` workflow's module, say): its steps may be
+        rebuilt by a recovery that has not run them yet."""
+        self._trusted.add(module)
+
     def may_import(self, module: str) -> bool:
         """Whether a locator may name `module` (see the class docstring); decided without importing it."""
         if self.allow_modules is None or module in self._trusted:
