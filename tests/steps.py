@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
+import pytest
 
 from aegis_nb import AegisContext, InMemoryJournal, RetryPolicy, SagaEvent
 
@@ -24,6 +25,13 @@ class Calls:
 
     def contexts(self, what: str, name: str) -> list[AegisContext]:
         return [ctx for w, n, ctx in self.log if (w, n) == (what, name)]
+
+
+ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+"""For tests of asyncio's own machinery (`Task.cancel()`, `asyncio.timeout`): asyncio only."""
+
+NO_WAIT = RetryPolicy(attempts=3, initial_delay=0)
+"""Three attempts with no backoff: retries without waiting."""
 
 
 class Boom(Exception):
@@ -83,6 +91,11 @@ class Recorded:
         if self.compensation_failures > 0:
             self.compensation_failures -= 1
             raise Boom(f"{self.name} cannot be undone yet")
+
+
+def travel(calls: Calls, **card: object) -> list[Recorded]:
+    """The flight, hotel and card saga; `card` holds the card step's options (``fail=...``)."""
+    return [Recorded("flight", calls), Recorded("hotel", calls), Recorded("card", calls, **card)]  # type: ignore[arg-type]
 
 
 ROLLED_BACK_TRAIL = [

@@ -19,6 +19,7 @@ from aegis_nb import (
     FailureKind,
     InMemoryJournal,
     RetryPolicy,
+    SagaCompensationFailed,
     SagaEvent,
     SagaRolledBack,
     SagaRun,
@@ -26,15 +27,14 @@ from aegis_nb import (
     ToolTimeoutError,
     WorkflowEngine,
 )
-from aegis_nb.saga import fold_report
+from aegis_nb.saga import CompensationStarted, fold_report
 from aegis_nb.testing import EventCapture
-from tests.steps import ROLLED_BACK_TRAIL, Boom, Calls, CheckpointingJournal, Recorded
+from tests.steps import NO_WAIT, ROLLED_BACK_TRAIL, Boom, Calls, CheckpointingJournal, Recorded
 
 pytestmark = pytest.mark.anyio
 
 ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", ["asyncio"])  # Task.cancel() is asyncio's own
 BUDGET = 0.05  # seconds; the backstop tests wait out twice this, and have it as their margin
-NO_WAIT = RetryPolicy(attempts=3, initial_delay=0)
 
 
 class CancelsMidUndo(Recorded):
@@ -319,3 +319,94 @@ async def test_a_success_the_journal_did_not_record_is_still_in_the_run_and_undo
         None,
     )
     assert fold_report(run.events) == run.report
+
+
+# -- compensations past their budget: the backstop -------------------------------------------------
+
+
+async def test_a_compensation_past_twice_its_budget_is_stopped_and_retried() -> None:
+    # A compensation that ignores its deadline is cut off by the engine's backstop (at most twice
+    # the budget), counted as a failed attempt, and retried; the rest of the rollback goes on.
+    calls, capture = Calls(), EventCapture()
+    steps = [
+        Recorded("flight", calls),
+        Recorded("hotel", calls, compensation_hangs=1),
+        Recorded("card", calls, fail="declined"),
+    ]
+    engine = WorkflowEngine(compensation_budget=0.02, compensation_retry=NO_WAIT, sinks=[capture])
+    with pytest.raises(SagaRolledBack) as raised:
+        await engine.execute_saga(steps)
+    assert capture.trail()[-8:] == [
+        ("StepFailed", "card"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationFailed", "hotel"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationSucceeded", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    failed = capture.events[-6]
+    assert isinstance(failed, CompensationFailed)
+    assert (failed.attempt, failed.will_retry, failed.error.type) == (1, True, "ToolTimeoutError")
+    assert 0.02 <= failed.duration < 1.0  # cut off by the backstop, not left hanging
+    assert [getattr(e, "attempt", None) for e in capture.events[-7:-1]] == [1, 1, 2, 2, 1, 1]
+    assert list(raised.value.report.compensated) == ["hotel", "flight"]
+
+
+async def test_a_journal_write_slower_than_the_backstop_is_waited_for_and_the_undo_runs_once() -> None:
+    # A journal write is never cut off (the engine must know whether the journal holds an event),
+    # and its time does not count against the compensation's budget: the attempt after a write that
+    # outlasted the backstop gets its whole budget, rather than being cut off at its first await.
+    class SlowOnce(InMemoryJournal):
+        """Takes three budgets over the first journal write of the hotel's compensation."""
+
+        slowed = False
+
+        async def append(self, event: SagaEvent) -> None:
+            if isinstance(event, CompensationStarted) and event.step == "hotel" and not self.slowed:
+                self.slowed = True
+                await anyio.sleep(0.06)  # the fault injected: a slow disk, not a wait for something
+            await super().append(event)
+
+    calls, capture, journal = Calls(), EventCapture(), SlowOnce()
+    steps = [Recorded("flight", calls), Recorded("hotel", calls), Recorded("card", calls, fail="declined")]
+    engine = WorkflowEngine(
+        compensation_budget=0.02, compensation_retry=NO_WAIT, journal=journal, sinks=[capture]
+    )
+    with pytest.raises(SagaRolledBack) as raised:
+        await engine.execute_saga(steps)
+    assert capture.trail()[-6:] == [
+        ("StepFailed", "card"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationSucceeded", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaCompensated",),
+    ]
+    assert journal.events(raised.value.report.run_id) == tuple(capture.events)
+    assert calls.trail()[-2:] == [("compensate", "hotel"), ("compensate", "flight")]
+    assert list(raised.value.report.compensated) == ["hotel", "flight"]
+
+
+async def test_a_compensation_past_its_budget_on_its_last_attempt_is_left_standing() -> None:
+    calls, capture = Calls(), EventCapture()
+    steps = [
+        Recorded("flight", calls),
+        Recorded("hotel", calls, compensation_hangs=1),
+        Recorded("card", calls, fail="declined"),
+    ]
+    engine = WorkflowEngine(compensation_budget=0.02, compensation_retry=RetryPolicy.never(), sinks=[capture])
+    with pytest.raises(SagaCompensationFailed) as raised:
+        await engine.execute_saga(steps)
+    assert capture.trail()[-6:] == [
+        ("StepFailed", "card"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationFailed", "hotel"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaStuck",),
+    ]
+    report = raised.value.report
+    assert list(report.left_standing) == ["hotel"]
+    assert list(report.compensated) == ["flight"]

@@ -25,6 +25,7 @@ from aegis_nb.server.results import REFUSED_META_KEY
 from aegis_nb.server.session import connect, unwrap_result
 from aegis_nb.server.tool_step import ToolPairStep
 from aegis_nb.testing import EventCapture
+from tests.steps import Calls, Recorded
 
 pytestmark = pytest.mark.anyio
 
@@ -189,3 +190,18 @@ def unwrap_refused(tool: str, outcome: CallToolResult) -> bool:
     with pytest.raises(ToolError) as error:
         unwrap_result(tool, outcome)
     return error.value.refused
+
+
+async def test_an_in_doubt_step_whose_tool_refused_is_not_compensated() -> None:
+    calls = Calls()
+
+    class DeclinedCharge(Recorded):
+        async def execute(self, ctx: AegisContext) -> AegisContext:
+            calls.log.append(("execute", self.name, ctx))
+            raise ToolError("charge_card", "Card Declined!")
+
+    steps = [Recorded("flight", calls), DeclinedCharge("card", calls, in_doubt=True)]
+    with pytest.raises(SagaRolledBack) as raised:
+        await WorkflowEngine().execute_saga(steps)
+    assert calls.trail() == [("execute", "flight"), ("execute", "card"), ("compensate", "flight")]
+    assert raised.value.report.summary() == "Card Declined! — rolled back: flight"
