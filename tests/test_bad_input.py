@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import logging
+import math
+import re
 
 import anyio
 import pytest
 
 from aegis_nb import (
     AegisContext,
+    RetryPolicy,
     SagaDefinitionError,
     SagaRolledBack,
+    SagaStatus,
     ToolTimeoutError,
     WorkflowEngine,
     step,
 )
+from aegis_nb.saga.definition import normalize_saga
 from aegis_nb.testing import EventCapture
 from tests.steps import Calls, Recorded
 
@@ -229,3 +234,100 @@ async def test_non_json_metadata_from_a_step_fails_that_step() -> None:
         "(use None, bool, int, float, str, list, dict with str keys, or Secret)"
     )
     assert calls.trail() == [("execute", "flight"), ("compensate", "flight")]
+
+
+# -- malformed steps and options, found in review --------------------------------------------------
+
+
+# Regression guard: a retry policy whose backoff would be nan or overflow is refused when built.
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"multiplier": math.nan}, "multiplier must be a finite number >= 1, got nan"),
+        ({"multiplier": math.inf}, "multiplier must be a finite number >= 1, got inf"),
+        ({"multiplier": 10**400}, "multiplier must be a finite number >= 1, got 1000"),
+        ({"initial_delay": 10**400}, "initial_delay must be a finite number >= 0, got 1000"),
+        ({"max_delay": 10**400}, "max_delay must be a finite number >= 0, got 1000"),
+        ({"initial_delay": True}, "initial_delay must be a finite number >= 0, got True"),
+    ],
+)
+def test_retry_policies_whose_delays_would_be_nan_or_overflow_are_refused(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        RetryPolicy(**options)  # type: ignore[arg-type]
+
+
+class Book(Recorded):
+    def __init__(self, calls: Calls) -> None:
+        super().__init__("book", calls)
+
+
+class Charge:
+    async def execute(self, ctx: AegisContext) -> None: ...
+
+    async def compensate(self, ctx: AegisContext) -> None: ...
+
+
+# Regression guard: a step class passed for an instance is refused before any step runs.
+@pytest.mark.parametrize("entry", [Charge, (Charge, (), {})], ids=["bare", "tuple"])
+async def test_a_step_class_instead_of_an_instance_fails_before_the_first_step_runs(entry: object) -> None:
+    calls = Calls()
+    with pytest.raises(SagaDefinitionError) as raised:
+        await WorkflowEngine().run_saga([Book(calls), entry])
+    assert str(raised.value) == "saga entry 1 (Charge): Charge is a step class; pass an instance, Charge(...)"
+    assert calls.trail() == []
+
+
+class ClassLevelStep:
+    """A class whose methods are class and static methods is a step as it is."""
+
+    @classmethod
+    async def execute(cls, ctx: AegisContext) -> None: ...
+
+    @staticmethod
+    async def compensate(ctx: AegisContext) -> None: ...
+
+
+# Regression guard: the class check above still accepts a class whose methods need no instance.
+async def test_a_class_whose_methods_need_no_instance_runs_under_its_own_name() -> None:
+    run = await WorkflowEngine().run_saga([ClassLevelStep])
+    assert run.report.steps == ("ClassLevelStep",)
+    assert run.status is SagaStatus.COMMITTED
+
+
+def _raises(self: object) -> object:
+    raise RuntimeError("the attribute is broken")
+
+
+# Regression guard: a step attribute that raises is a definition error naming its saga entry.
+@pytest.mark.parametrize("attribute", ["name", "timeout", "in_doubt", "compensation_retry", "is_complete"])
+@pytest.mark.parametrize("as_tuple", [False, True])
+def test_a_step_attribute_that_raises_is_a_definition_error_naming_the_entry(
+    attribute: str, as_tuple: bool
+) -> None:
+    cls = type("Broken", (Charge,), {attribute: property(_raises)})
+    entry = (cls(), (), {}) if as_tuple else cls()
+    with pytest.raises(SagaDefinitionError) as raised:
+        normalize_saga([Charge(), entry])
+    assert str(raised.value) == (
+        "saga entry 1 (Broken): reading the step's attributes raised RuntimeError (see the cause above)"
+    )
+    assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+# Regression guard: a timeout too large for a float is a definition error, not an OverflowError mid-run.
+def test_a_step_timeout_too_large_for_a_float_is_a_definition_error() -> None:
+    step = Charge()
+    step.timeout = 10**400  # type: ignore[attr-defined]
+    with pytest.raises(
+        SagaDefinitionError, match=r"^saga entry 0 \(Charge\): timeout must be a positive number"
+    ):
+        normalize_saga([step])
+
+
+# Regression guard: a compensation budget past float range means endless; True is no budget.
+def test_a_compensation_budget_too_large_for_a_float_is_endless_and_a_bool_is_refused() -> None:
+    assert WorkflowEngine(compensation_budget=10**400).compensation_budget == math.inf
+    with pytest.raises(ValueError, match="compensation_budget must be positive seconds, got True"):
+        WorkflowEngine(compensation_budget=True)

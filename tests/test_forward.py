@@ -129,3 +129,38 @@ async def test_a_step_past_its_deadline_times_out_and_earlier_steps_are_undone()
     timed_out = next(e for e in capture if isinstance(e, StepTimedOut))
     assert timed_out.time >= ctx.deadline
     assert 0.05 <= elapsed < 1.0  # loose: the deadline fires, not a hang
+
+
+class FinishesInAShield(Recorded):
+    """Finishes its work shielded, past its own timeout (a commit it must not abandon halfway).
+
+    It awaits nothing after the shield, so nothing of its own notices the deadline.
+    """
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        assert self.timeout is not None
+        with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(deadline=anyio.current_time() + 2 * self.timeout):
+                await anyio.sleep_forever()
+            return await super().execute(ctx)
+        raise AssertionError("unreachable: nothing cancels the shielded scope, so it swallows nothing")
+
+
+# Regression guard: a step that overran its timeout in a shield does not time out the next step.
+async def test_a_step_finishing_past_its_timeout_in_a_shield_leaves_the_next_step_its_time() -> None:
+    calls, capture = Calls(), EventCapture()
+    saga = [FinishesInAShield("flight", calls, timeout=0.01), Recorded("hotel", calls)]
+    run = await WorkflowEngine(sinks=[capture]).run_saga(saga, AegisContext().with_timeout(60))
+    assert capture.trail() == [
+        ("SagaStarted",),
+        ("StepStarted", "flight"),
+        ("StepSucceeded", "flight"),
+        ("StepStarted", "hotel"),
+        ("StepSucceeded", "hotel"),
+        ("SagaCommitted",),
+    ]
+    assert run.context is not None
+    assert run.context.metadata == {
+        "flight_id": "FLIGHT-0",
+        "hotel_id": "HOTEL-1",
+    }

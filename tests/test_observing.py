@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import pytest
 
@@ -10,6 +12,7 @@ from aegis_nb import (
     SagaCompensationFailed,
     SagaRolledBack,
     Secret,
+    StepSucceeded,
     WorkflowEngine,
     describe,
     step,
@@ -168,3 +171,37 @@ async def test_unsubscribing_one_sink_leaves_an_equal_one_and_a_bound_builtin_ca
     second = await engine.run_saga([Recorded("flight", Calls())])
     assert tuple(audit) == first.events + second.events
     assert tuple(scratch) == tuple(appended) == first.events
+
+
+class WaitsFor(Recorded):
+    def __init__(self, name: str, calls: Calls, event: anyio.Event) -> None:
+        super().__init__(name, calls)
+        self.event = event
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        await self.event.wait()
+        return await super().execute(ctx)
+
+
+# Regression guard: leaving an event stream mid-run logs no error (only a debug line).
+async def test_leaving_an_event_stream_while_a_saga_runs_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls, engine, left, seen = Calls(), WorkflowEngine(), anyio.Event(), []
+    runs: list[object] = []
+
+    async def run() -> None:
+        runs.append(await engine.run_saga([Recorded("flight", calls), WaitsFor("hotel", calls, left)]))
+
+    with caplog.at_level(logging.DEBUG, logger="aegis_nb.saga"):
+        async with anyio.create_task_group() as tasks:
+            async with engine.event_stream() as events:
+                tasks.start_soon(run)
+                async for event in events:
+                    seen.append(type(event).__name__)
+                    if isinstance(event, StepSucceeded):
+                        break
+            left.set()  # the saga goes on, and its next event meets the closed stream
+    assert seen == ["SagaStarted", "StepStarted", "StepSucceeded"]
+    assert [record.levelno for record in caplog.records] == [logging.DEBUG]
+    assert runs[0].ok  # type: ignore[attr-defined]

@@ -149,3 +149,18 @@ async def test_a_rolled_back_run_is_freed_with_its_error_not_left_to_the_garbage
         assert freed() is None
     finally:
         gc.enable()
+
+
+# Regression guard: a huge multiplier is capped at max_delay rather than overflowing the backoff.
+def test_backoff_delays_are_capped_as_they_grow() -> None:
+    assert list(RetryPolicy(attempts=4, initial_delay=3, multiplier=10**300, max_delay=7).delays()) == [
+        3,
+        7,
+        7,
+    ]
+    assert list(RetryPolicy(attempts=4, initial_delay=0.5, multiplier=1e300, max_delay=2).delays()) == [
+        0.5,
+        2,
+        2,
+    ]
+    assert list(RetryPolicy(attempts=3, initial_delay=0.1).delays()) == [0.1, 0.2]

@@ -16,6 +16,7 @@ import pytest
 from aegis_nb import (
     AegisContext,
     CompensationFailed,
+    ErrorInfo,
     FailureKind,
     InMemoryJournal,
     RetryPolicy,
@@ -410,3 +411,93 @@ async def test_a_compensation_past_its_budget_on_its_last_attempt_is_left_standi
     report = raised.value.report
     assert list(report.left_standing) == ["hotel"]
     assert list(report.compensated) == ["flight"]
+
+
+# -- errors that break the usual handling: an unprintable error, a stray CancelledError ------------
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken")
+
+
+class UnprintableUndo(Recorded):
+    """Its execute raises an `Unprintable` when told to; its first compensation always does."""
+
+    def __init__(self, name: str, calls: Calls, *, fail: bool = False) -> None:
+        super().__init__(name, calls, retry=NO_WAIT)
+        self.raise_in_execute, self.undo_failures = fail, 1
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        if self.raise_in_execute:
+            raise Unprintable("card")
+        return await super().execute(ctx)
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        await super().compensate(ctx)
+        if self.undo_failures:
+            self.undo_failures -= 1
+            raise Unprintable("hotel")
+
+
+# Regression guard: an error whose __str__ raises, in a step or an undo, does not abort the rollback.
+async def test_errors_whose_str_raises_are_still_rolled_back_and_reported() -> None:
+    calls, capture = Calls(), EventCapture()
+    saga = [
+        Recorded("flight", calls),
+        UnprintableUndo("hotel", calls),
+        UnprintableUndo("card", calls, fail=True),
+    ]
+    run = await WorkflowEngine(sinks=[capture]).run_saga(saga)
+    assert capture.trail() == [
+        *ROLLED_BACK_TRAIL[:6],
+        ("StepFailed", "card"),
+        ("CompensationStarted", "hotel"),
+        ("CompensationFailed", "hotel"),
+        *ROLLED_BACK_TRAIL[7:],
+    ]
+    unprintable = ErrorInfo("Unprintable", "<Unprintable: str() failed>")
+    assert run.report.cause == unprintable
+    assert capture.events[8].error == unprintable  # type: ignore[union-attr]
+    assert isinstance(run.error, SagaRolledBack)
+    assert str(run.error) == "saga 'saga': <Unprintable: str() failed> — rolled back: hotel, flight"
+    assert fold_report(run.events) == run.report
+
+
+def declined_travel(calls: Calls, hotel: Recorded) -> list[Recorded]:
+    return [Recorded("flight", calls), hotel, Recorded("card", calls, fail="Card Declined!")]
+
+
+class AwaitsACancelledFuture(Recorded):
+    """Its first compensation awaits a future cancelled elsewhere, so it raises CancelledError."""
+
+    def __init__(self, name: str, calls: Calls) -> None:
+        super().__init__(name, calls, retry=NO_WAIT)
+        self.stray = 1
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        await super().compensate(ctx)
+        if self.stray:
+            self.stray -= 1
+            future = asyncio.get_running_loop().create_future()
+            future.cancel()
+            await future
+
+
+# Regression guard: a CancelledError raised by an undo is a failed attempt, not a cancelled caller.
+@ASYNCIO_ONLY
+async def test_a_stray_cancelled_error_from_a_compensation_is_retried_and_the_rest_still_undone() -> None:
+    calls, capture = Calls(), EventCapture()
+    run = await WorkflowEngine(sinks=[capture]).run_saga(
+        declined_travel(calls, AwaitsACancelledFuture("hotel", calls))
+    )
+    assert capture.trail() == [
+        *ROLLED_BACK_TRAIL[:8],
+        ("CompensationFailed", "hotel"),
+        *ROLLED_BACK_TRAIL[7:],
+    ]
+    assert capture.events[8].error == ErrorInfo("CancelledError", "")  # type: ignore[union-attr]
+    assert run.status is SagaStatus.ROLLED_BACK
+    task = asyncio.current_task()
+    assert task is not None
+    assert task.cancelling() == 0  # nothing cancelled the caller

@@ -16,7 +16,9 @@ import anyio
 import pytest
 
 from aegis_nb import AegisContext, RetryPolicy, SagaDiagram, SagaFailed, Secret, WorkflowEngine
+from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.durable import SqliteJournal
+from aegis_nb.saga.trace import describe
 from aegis_nb.testing import EventCapture
 from tests.servers.launch import aegis_nb
 
@@ -148,3 +150,48 @@ async def test_a_note_that_reveals_a_secret_is_scrubbed_from_the_traceback(tmp_p
     assert "while charging card ***" in rendered
     assert error.__cause__ is not None
     assert error.__cause__.__notes__ == ["while charging card ***"]
+
+
+# -- secrets passed as step arguments --------------------------------------------------------------
+
+
+class ChargeCard:
+    async def execute(self, ctx: AegisContext, card: Secret, *, billing: dict[str, list[Secret]]) -> None:
+        raise ValueError(f"card {card.reveal()!r} declined, pin {billing['pin'][0].reveal()}")
+
+    async def compensate(
+        self, ctx: AegisContext, card: Secret, *, billing: dict[str, list[Secret]]
+    ) -> None: ...
+
+
+class HoldFunds:
+    async def execute(self, ctx: AegisContext, card: Secret) -> None:
+        return None
+
+    async def compensate(self, ctx: AegisContext, card: Secret) -> None:
+        raise RuntimeError(f"could not release the hold on {card.reveal()}")
+
+
+# Regression guard: secrets passed as step arguments are scrubbed like those in the context.
+async def test_secrets_passed_as_step_arguments_never_reach_events_reports_or_errors() -> None:
+    # Letters no run id (hex) or timestamp can hold: digits alone turn up in those by chance.
+    card, pin, capture = Secret("CARD 4242 'x'"), Secret("PIN1234"), EventCapture()
+    saga = [
+        (HoldFunds(), (card,), {}),
+        (ChargeCard(), (card,), {"billing": {"pin": [pin]}}),
+    ]
+    run = await WorkflowEngine(sinks=[capture], compensation_retry=RetryPolicy.never()).run_saga(saga)
+    assert str(run.error) == (
+        "saga 'saga': card \"***\" declined, pin *** — could not undo: "
+        "HoldFunds (could not release the hold on ***, after 1 attempt) — rolled back: nothing to undo"
+    )
+    shown = [repr(capture.events), json.dumps(run.report.to_json()), *map(describe, capture.events)]
+    assert not [text for text in shown if "CARD" in text or "PIN1234" in text]
+
+
+# Regression guard: the search for secrets in arguments ends on an argument that contains itself.
+def test_argument_secrets_walks_nested_and_self_containing_arguments() -> None:
+    looped: list[object] = [Secret("a")]
+    looped.append(looped)
+    found = argument_secrets((looped, (Secret("b"),)), {"k": {"x": {Secret("c")}}, "plain": "d"})
+    assert sorted(found) == ["a", "b", "c"]
