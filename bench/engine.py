@@ -35,7 +35,7 @@ from aegis_nb import (
     WorkflowEngine,
 )
 from aegis_nb.kernel.records import builder
-from aegis_nb.saga.recorder import direct_call
+from aegis_nb.saga.sinks import direct_call
 from aegis_nb.testing import EventCapture
 
 try:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from aegis_nb import AegisContext, Secret, WorkflowEngine
-from aegis_nb.kernel.report import scrub
+from aegis_nb.kernel.scrubbing import scrub
 from aegis_nb.kernel.values import FrozenDict
 
 # -- secrets in escaped error text ------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from aegis_nb import AegisContext, SagaRolledBack, Secret, WorkflowEngine
-from aegis_nb.kernel.report import ScrubbedError, scrubbed_cause
+from aegis_nb.kernel.scrubbing import ScrubbedError, scrubbed_cause
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ import pytest
 
 from aegis_nb.diagram import fold, render_svg, render_text
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.report import ScrubbedError
+from aegis_nb.kernel.scrubbing import ScrubbedError
 from aegis_nb.kernel.values import Secret
 from aegis_nb.notebook import (
     Coalescer,

@@ -1,31 +1,67 @@
-"""The one error tree of aegis_nb. Every error we raise is an `AegisError`::
+"""The one error tree of aegis_nb, drawn whole here (the other modules that define errors point here).
+
+What a saga, a tool, a server or a journal does to a caller is an `AegisError`; each also subclasses
+the builtin a caller would catch it as (``except TimeoutError`` still catches a step's timeout)::
 
     AegisError
      ├── ToolTimeoutError          (also TimeoutError) a step or tool ran past its context deadline
      ├── SagaDefinitionError       (also TypeError)    a saga or step is malformed; nothing ran
+     │    └── StepNotRecoverable   (saga.durable)      a step a durable journal could not rebuild:
+     │                                                 refused at the run's start, or at recovery
      ├── StepResultError           (also TypeError)    execute() returned neither a context nor None
      ├── ToolError                                     an MCP tool call came back with is_error;
      │                                                 `refused`: the tool said it did not act
      ├── ServerUnreachable         (also ConnectionError) an MCP or Temporal server could not be reached
-     ├── MissingExtra              (also ModuleNotFoundError, in kernel.extras) a part needs an extra:
-     │                                                 the message gives the pip line
-     ├── UnsafeServing             (also ValueError, in server.http_security) HTTP off loopback with
+     ├── InvalidRequestMeta        (also ValueError, server.deadline) a request's ``_meta`` is unusable
+     ├── UnsafeServing             (also ValueError, server.http_security) HTTP off loopback with
      │                                                 no allowed hosts: refused before serving
-     ├── JournalError              (in saga.durable.errors, drawn there) the journal cannot be used;
-     │                                                 JournalUntrusted: others could write it
-     └── SagaFailed                                    a saga did not commit; carries a SagaReport
-          ├── SagaRolledBack                           every completed step was compensated
-          └── SagaCompensationFailed                   some compensation still failed: see report
+     ├── MissingExtra              (also ModuleNotFoundError, kernel.extras) a part needs an extra:
+     │                                                 the message gives the pip line
+     ├── JournalError              (saga.durable)      the journal cannot be used; names the file
+     │    ├── JournalUnavailable                       cannot be created, opened or written
+     │    ├── JournalUntrusted                         others could write it (mode, owner, folder)
+     │    ├── JournalInUse                             another process holds it
+     │    ├── JournalCorrupt                           not a journal, damaged, or a record that
+     │    │                                            does not decode
+     │    ├── JournalTooNew                            written by a newer schema than this reads
+     │    ├── JournalTooOld                            written by an older file layout than this reads
+     │    └── RecoveryIncomplete   (saga.durable.recovery) some unfinished runs could not be
+     │                                                 recovered; they stay for a person
+     ├── SagaFailed                                    a saga did not commit; carries a SagaReport
+     │    ├── SagaRolledBack                           every completed step was compensated
+     │    ├── SagaCompensationFailed                   some compensation still failed: see report
+     │    └── SagaCancelled        (temporal.client)   the Temporal workflow was cancelled from
+     │                                                 outside; `report` says what was rolled back
+     ├── FaultPlanError            (also ValueError, mock.faults) a fault plan names an unknown tool
+     │                                                 or option, or has an impossible value
+     ├── LedgerError               (mock.ledger)       the mock agency refused a ledger operation
+     └── InjectedFailure           (notebook.injection) the failure a rehearsal put in a step's place
 
-`SagaFailed` errors chain the forward failure as ``__cause__`` (or, when its text or its chain held
-a secret, a `ScrubbedError` standing in for it: see `report.scrubbed_cause`). Retrying a saga is only
-safe after `SagaRolledBack`; `SagaCompensationFailed` says which steps were left standing and need a
-person.
+Not `AegisError`s, on purpose:
+
+- A bad argument to one of our functions or constructors (a negative timeout, a sink that is not
+  callable, a metadata value that is not JSON, a `Secret` around a non-str, a `RetryPolicy` of no
+  attempts, pickling a context) raises a plain `ValueError` or `TypeError` at the call, as the
+  standard library does: it is a bug in the calling code, reported where it was written, and nothing
+  ran. A saga handed to the engine is checked as a whole before any step runs and reported as a
+  `SagaDefinitionError` naming the step, since a notebook user fixes it there.
+- `ScrubbedError` (kernel.scrubbing) is never raised: it stands in as a saga error's ``__cause__``
+  for an error whose text or chain held a secret (see `scrubbed_cause`).
+- The cancellation of the caller is the event loop's own (`asyncio.CancelledError`, trio's
+  `Cancelled`): the engine rolls back, then lets it propagate unchanged.
+
+`SagaFailed` errors chain the forward failure as ``__cause__``. Retrying a saga is only safe after
+`SagaRolledBack`; `SagaCompensationFailed` says which steps were left standing and need a person.
 """
 
 from __future__ import annotations
 
-from aegis_nb.kernel.report import SagaReport
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Only a type here: report imports this module (for `is_refusal`), so this one must not import
+    # it back at run time.
+    from aegis_nb.kernel.report import SagaReport
 
 
 class AegisError(Exception):

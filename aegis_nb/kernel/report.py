@@ -9,11 +9,12 @@ name, which the engine makes unique within a run (``Reserve``, ``Reserve#2``); i
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from aegis_nb.kernel.errors import is_refusal
 from aegis_nb.kernel.printable import printable_line
+from aegis_nb.kernel.scrubbing import exception_text, scrub
 from aegis_nb.kernel.text import counted
 
 
@@ -56,9 +57,6 @@ class ErrorInfo:
 
     @classmethod
     def from_exception(cls, exc: BaseException, secrets: Iterable[str] = ()) -> ErrorInfo:
-        # Imported here: kernel.errors imports this module (for SagaReport) at import time.
-        from aegis_nb.kernel.errors import is_refusal
-
         return cls(type(exc).__name__, scrub(exception_text(exc), secrets), refused=is_refusal(exc))
 
     def __str__(self) -> str:
@@ -144,95 +142,3 @@ class SagaReport:
 
 def _listed(names: Iterable[str]) -> str:
     return ", ".join(printable_line(name) for name in names)
-
-
-def exception_text(exc: BaseException) -> str:
-    """``str(exc)``, or a stand-in when its ``__str__`` raises: a failure must still be reported."""
-    try:
-        return str(exc)
-    except Exception:
-        return f"<{type(exc).__name__}: str() failed>"
-
-
-class ScrubbedError(Exception):
-    """Stands in, as a saga error's ``__cause__``, for an error whose text (or chain) held a secret.
-
-    Its message is the original's type and scrubbed text, its notes the original's scrubbed; it
-    keeps the original's traceback (where it was raised: source lines, not values) but not its
-    chain, which may hold the secret too.
-    """
-
-    def __init__(self, original: BaseException, secrets: Iterable[str]) -> None:
-        secrets = tuple(secrets)
-        super().__init__(f"{type(original).__name__}: {scrub(exception_text(original), secrets)}")
-        self.original_type = type(original).__name__
-        self.__traceback__ = original.__traceback__
-        self.__suppress_context__ = True
-        for note in _notes(original):
-            self.add_note(scrub(note, secrets))
-
-
-def scrubbed_cause(exc: BaseException, secrets: Iterable[str]) -> BaseException:
-    """`exc` to chain under a saga error: itself, unless its text or its chain's holds a secret.
-
-    A rendered traceback follows ``__cause__`` and ``__context__``: an unscrubbed original there
-    would show a revealed `Secret` the report took care to hide.
-    """
-    secrets = [secret for secret in secrets if secret]
-    if not secrets:
-        return exc
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        error = pending.pop()
-        if error is None or id(error) in seen:
-            continue
-        seen.add(id(error))
-        # A note (`add_note`) prints with the traceback, so it may reveal a secret as well.
-        for text in (exception_text(error), *_notes(error)):
-            if scrub(text, secrets) != text:
-                return ScrubbedError(exc, secrets)
-        pending += [error.__cause__, error.__context__]
-        if isinstance(error, BaseExceptionGroup):
-            pending += error.exceptions
-    return exc
-
-
-def _notes(exc: BaseException) -> tuple[str, ...]:
-    """The exception's notes as text (a note that is not a string prints as its ``str``)."""
-    notes = getattr(exc, "__notes__", None)
-    return tuple(str(note) for note in notes) if isinstance(notes, list) else ()
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    r"""`text` with every secret value replaced by ``***``, as written and as escaped.
-
-    Error text often shows a value escaped: a `KeyError`'s message is the key's ``repr``, where a
-    backslash, quote or newline in a password comes out as ``\\``, ``\'`` or ``\n``, and JSON
-    escapes it likewise; a message that already quoted the value with ``!r`` is escaped twice. So
-    each secret is also replaced in its ``repr``, ``ascii`` and JSON forms, with either quote
-    escaped, and those forms escaped once more.
-
-    Longest first: a secret may contain another (a DSN holding a password), and replacing the
-    shorter one first would leave the rest of the longer one in the text.
-    """
-    forms = {secret for secret in secrets if secret}
-    for _ in range(2):  # escaped, then escaped again
-        forms |= {escaped for form in forms for escaped in _escaped_forms(form)}
-    for form in sorted(forms, key=len, reverse=True):
-        text = text.replace(form, "***")
-    return text
-
-
-def _escaped_forms(text: str) -> tuple[str, ...]:
-    quoted = repr(text)[1:-1]
-    return (
-        quoted,
-        # repr picks its quotes from the whole string it writes: inside a longer one, the other
-        # quote may be the escaped one.
-        quoted.replace("'", "\\'"),
-        quoted.replace('"', '\\"'),
-        ascii(text)[1:-1],
-        json.dumps(text)[1:-1],
-        json.dumps(text, ensure_ascii=False)[1:-1],
-    )

@@ -26,7 +26,7 @@ from aegis_nb.notebook.plan import SagaPlan
 from aegis_nb.saga.definition import arguments_mismatch, normalize_saga
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.saga.recorder import Sink
+from aegis_nb.saga.sinks import Sink
 
 DEFAULT_SAGA_NAME = "saga"
 

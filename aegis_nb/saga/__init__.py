@@ -36,10 +36,11 @@ from aegis_nb.saga.events import (
     StepTimedOut,
 )
 from aegis_nb.saga.functional import FunctionStep, step
-from aegis_nb.saga.history import InMemoryJournal, fold_report
+from aegis_nb.saga.history import fold_report
+from aegis_nb.saga.journal import InMemoryJournal, Journal
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.saga.recorder import Journal, Sink
 from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.saga.sinks import Sink
 from aegis_nb.saga.trace import describe
 
 __all__ = [

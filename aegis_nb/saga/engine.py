@@ -27,9 +27,11 @@ from aegis_nb.saga.events import (
     SagaEvent,
 )
 from aegis_nb.saga.forward import Forward
+from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.saga.recorder import Journal, RunRecorder, Sink, SinkSet
+from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.saga.sinks import Sink, SinkSet
 
 saga_name: ContextVar[str] = ContextVar("aegis_saga_name", default="saga")
 """The name runs get when `run_saga` is not given one; a workflow server sets it per request."""

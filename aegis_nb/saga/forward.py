@@ -32,8 +32,8 @@ from aegis_nb.kernel.report import (
     FailureKind,
     SagaReport,
     SagaStatus,
-    scrubbed_cause,
 )
+from aegis_nb.kernel.scrubbing import scrubbed_cause
 from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.definition import StepSpec

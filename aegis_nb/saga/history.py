@@ -1,8 +1,8 @@
-"""Folding a run's events back into what happened: the report, and the in-memory journal."""
+"""Folding a run's events back into what happened: the report."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 
 from aegis_nb.kernel.report import (
     CompensationFailure,
@@ -11,7 +11,6 @@ from aegis_nb.kernel.report import (
     SagaReport,
     SagaStatus,
 )
-from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationSucceeded,
@@ -73,37 +72,3 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
         compensated=tuple(compensated),
         compensation_failures=tuple(failures),
     )
-
-
-class InMemoryJournal:
-    """Keeps every run's events in order, for tests, notebooks and replay. Not durable."""
-
-    def __init__(self) -> None:
-        self._runs: dict[str, list[SagaEvent]] = {}
-
-    async def open_run(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
-        """Nothing to check: an in-memory journal never outlives its steps."""
-
-    async def append(self, event: SagaEvent) -> None:
-        self._runs.setdefault(event.run_id, []).append(event)
-
-    def close_run(self, run_id: str) -> None:
-        """Nothing to release: an in-memory journal has no recovery to hand a run to."""
-
-    def run_ids(self) -> tuple[str, ...]:
-        """Run ids in the order their first event arrived."""
-        return tuple(self._runs)
-
-    def events(self, run_id: str) -> tuple[SagaEvent, ...]:
-        """The events of one run, in order; `KeyError` for an unknown run."""
-        return tuple(self._runs[run_id])
-
-    def report(self, run_id: str) -> SagaReport:
-        """The report of one run, rebuilt from its events."""
-        return fold_report(self._runs[run_id])
-
-    def unfinished(self) -> Iterator[str]:
-        """Run ids whose last event is not final (what recovery would have to finish)."""
-        for run_id, events in self._runs.items():
-            if not isinstance(events[-1], SagaCommitted | SagaCompensated | SagaStuck):
-                yield run_id

@@ -35,12 +35,12 @@ from aegis_nb.kernel.clock import Clock, loop_clock
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, SagaFailed, ToolError, ToolTimeoutError
 from aegis_nb.kernel.executor import ToolExecutor
-from aegis_nb.kernel.report import exception_text, scrub
+from aegis_nb.kernel.scrubbing import exception_text, scrub
 from aegis_nb.kernel.values import Secret
 from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_lifespan
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent
-from aegis_nb.saga.recorder import Journal
+from aegis_nb.saga.journal import Journal
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline, too_late
 from aegis_nb.server.http_security import (
     DEFAULT_MAX_SESSIONS,

@@ -20,7 +20,7 @@ from typing import Any
 
 from aegis_nb.saga.engine import run_observers, saga_name
 from aegis_nb.saga.events import SagaEvent
-from aegis_nb.saga.recorder import Sink
+from aegis_nb.saga.sinks import Sink
 
 Observer = Callable[[SagaEvent], None]
 

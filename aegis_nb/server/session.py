@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
 from aegis_nb.kernel.errors import ServerUnreachable, ToolError, ToolTimeoutError
-from aegis_nb.kernel.report import exception_text
+from aegis_nb.kernel.scrubbing import exception_text
 from aegis_nb.kernel.values import JSON_LEAVES
 from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY
 

@@ -37,7 +37,7 @@ from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import StepResultError, ToolTimeoutError, is_refusal
 from aegis_nb.kernel.executor import ToolExecutor
-from aegis_nb.kernel.report import exception_text, scrub
+from aegis_nb.kernel.scrubbing import exception_text, scrub
 from aegis_nb.kernel.shielding import outlast
 from aegis_nb.kernel.text import replace_surrogates
 from aegis_nb.saga.durable.codec import context_to_json

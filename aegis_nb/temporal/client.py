@@ -49,8 +49,9 @@ from aegis_nb.saga.durable.locator import StepResolver
 from aegis_nb.saga.engine import DEFAULT_COMPENSATION_BUDGET, run_observers, saga_name
 from aegis_nb.saga.events import SagaCommitted, SagaCompensated, SagaEvent, SagaStuck
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.saga.recorder import RunRecorder, Sink, SinkSet
+from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.saga.sinks import Sink, SinkSet
 from aegis_nb.temporal.names import EVENTS_QUERY, OUTCOME_MEMO, WORKFLOW_NAME
 from aegis_nb.temporal.plan import (
     SagaPlan,

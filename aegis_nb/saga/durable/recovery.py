@@ -51,10 +51,12 @@ from aegis_nb.saga.events import (
     StepSucceeded,
     StepTimedOut,
 )
+from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.saga.recorder import Journal, RunRecorder, SinkSet
+from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.saga.rollback import OwedCompensation, roll_back
+from aegis_nb.saga.sinks import SinkSet
 
 CRASH = ErrorInfo("ProcessCrashed", "the process running the saga stopped before the run finished")
 """The cause recorded for a run that crashed before anything failed."""

@@ -16,7 +16,7 @@ from typing import Any
 from aegis_nb.saga.durable.journal import SqliteJournal
 from aegis_nb.saga.durable.recovery import RecoveryIncomplete
 from aegis_nb.saga.engine import WorkflowEngine
-from aegis_nb.saga.recorder import Journal
+from aegis_nb.saga.journal import Journal
 
 logger = logging.getLogger("aegis_nb.saga.durable")
 
