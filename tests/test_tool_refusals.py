@@ -15,9 +15,11 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
+from aegis_nb import SagaCompensationFailed, SagaStatus
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaRolledBack, ToolError, is_refusal
 from aegis_nb.kernel.report import ErrorInfo
+from aegis_nb.saga import fold_report
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.app import AegisMCP
@@ -25,7 +27,7 @@ from aegis_nb.server.results import REFUSED_META_KEY
 from aegis_nb.server.session import connect, unwrap_result
 from aegis_nb.server.tool_step import ToolPairStep
 from aegis_nb.testing import EventCapture
-from tests.steps import Calls, Recorded
+from tests.steps import ROLLED_BACK_TRAIL, Calls, Recorded
 
 pytestmark = pytest.mark.anyio
 
@@ -205,3 +207,101 @@ async def test_an_in_doubt_step_whose_tool_refused_is_not_compensated() -> None:
         await WorkflowEngine().execute_saga(steps)
     assert calls.trail() == [("execute", "flight"), ("execute", "card"), ("compensate", "flight")]
     assert raised.value.report.summary() == "Card Declined! — rolled back: flight"
+
+
+# -- an error that cannot tell whether it is a refusal ---------------------------------------------
+
+
+class UnsureError(ToolError):
+    """A tool error that cannot say whether the tool acted: reading `refused` raises."""
+
+    @property
+    def refused(self) -> bool:
+        raise RuntimeError("refused is unknown")
+
+    @refused.setter
+    def refused(self, value: bool) -> None:
+        pass
+
+
+class FailsUnsure(Recorded):
+    """An in-doubt step whose execute fails with an `UnsureError`."""
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        await super().execute(ctx)
+        raise UnsureError("card", "Card Declined!")
+
+
+class UndoFailsUnsure(Recorded):
+    """A step whose every compensation fails with an `UnsureError`."""
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        await super().compensate(ctx)
+        raise UnsureError("hotel", "hotel cannot be undone")
+
+
+# Regression guard: a ToolError whose `refused` raises is no refusal.
+def test_a_refused_attribute_that_raises_is_no_refusal() -> None:
+    assert is_refusal(UnsureError("t", "m")) is False
+    assert is_refusal(ToolError("t", "m")) is True
+    assert is_refusal(ToolError("t", "m", refused=False)) is False
+
+
+# Regression guard: an in-doubt step failing with such an error is undone, and the rollback goes on.
+async def test_a_failed_in_doubt_step_whose_error_cannot_tell_refused_is_compensated_with_the_rest() -> None:
+    calls, capture = Calls(), EventCapture()
+    saga = [Recorded("flight", calls), Recorded("hotel", calls), FailsUnsure("card", calls, in_doubt=True)]
+    run = await WorkflowEngine(sinks=[capture]).run_saga(saga)
+    assert calls.trail() == [
+        ("execute", "flight"),
+        ("execute", "hotel"),
+        ("execute", "card"),
+        ("compensate", "card"),
+        ("compensate", "hotel"),
+        ("compensate", "flight"),
+    ]
+    assert capture.trail() == [
+        *ROLLED_BACK_TRAIL[:7],
+        ("CompensationStarted", "card"),
+        ("CompensationSucceeded", "card"),
+        *ROLLED_BACK_TRAIL[7:],
+    ]
+    assert run.report.cause == ErrorInfo("UnsureError", "Card Declined!")
+    assert run.report.compensated == ("card", "hotel", "flight")
+    assert isinstance(run.error, SagaRolledBack)
+    assert str(run.error) == "saga 'saga': Card Declined! — rolled back: card, hotel, flight"
+    assert [e.seq for e in run.events] == list(range(len(run.events)))
+    assert fold_report(run.events) == run.report
+
+
+# Regression guard: an undo failing with such an error is a failed undo, and the rest are still undone.
+async def test_a_compensation_failing_with_an_error_that_cannot_tell_refused_leaves_the_rest_undone() -> None:
+    calls, capture = Calls(), EventCapture()
+    saga = [
+        Recorded("flight", calls),
+        UndoFailsUnsure("hotel", calls, retry=RetryPolicy.never()),
+        Recorded("card", calls, fail="Card Declined!"),
+    ]
+    run = await WorkflowEngine(sinks=[capture]).run_saga(saga)
+    assert calls.trail() == [
+        ("execute", "flight"),
+        ("execute", "hotel"),
+        ("execute", "card"),
+        ("compensate", "hotel"),
+        ("compensate", "flight"),
+    ]
+    assert capture.trail() == [
+        *ROLLED_BACK_TRAIL[:8],
+        ("CompensationFailed", "hotel"),
+        *ROLLED_BACK_TRAIL[9:11],
+        ("SagaStuck",),
+    ]
+    assert run.status is SagaStatus.STUCK
+    assert run.report.left_standing == ("hotel",)
+    assert run.report.compensated == ("flight",)
+    assert isinstance(run.error, SagaCompensationFailed)
+    assert str(run.error) == (
+        "saga 'saga': Card Declined! — could not undo: hotel (hotel cannot be undone, after 1 attempt)"
+        " — rolled back: flight"
+    )
+    assert fold_report(run.events) == run.report

@@ -1,9 +1,8 @@
-"""Engine edge cases found in a second review, on asyncio and trio.
+"""Committing: a run is committed once, and only once, the journal holds its commit.
 
-A `ToolError` subclass whose ``refused`` raises is no refusal: the failure it reports, in an execute
-or a compensation, is rolled back and reported like any other, never left to abort the rollback.
-A run whose commit the journal did not record (the write failed or was cancelled) is not committed:
-it is rolled back like any other run that failed between steps.
+A commit the journal could not write is rolled back like any run that failed between steps; a
+cancellation landing while the commit is written waits for the write, and then nothing is undone
+(the outcome the journal holds is the outcome).
 """
 
 from __future__ import annotations
@@ -14,118 +13,14 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from aegis_nb import (
-    AegisContext,
-    ErrorInfo,
-    RetryPolicy,
-    SagaCompensationFailed,
-    SagaRolledBack,
-    SagaStatus,
-    ToolError,
-    WorkflowEngine,
-)
-from aegis_nb.kernel.errors import is_refusal
+from aegis_nb import SagaRolledBack, SagaStatus, WorkflowEngine
 from aegis_nb.kernel.report import FailureKind
 from aegis_nb.saga import InMemoryJournal, SagaCommitted, SagaEvent, fold_report
 from aegis_nb.testing import EventCapture
-from tests.steps import ROLLED_BACK_TRAIL, Calls, Recorded
+from tests.steps import Calls, Recorded
 
 pytestmark = pytest.mark.anyio
 
-
-class UnsureError(ToolError):
-    """A tool error that cannot say whether the tool acted: reading `refused` raises."""
-
-    @property
-    def refused(self) -> bool:
-        raise RuntimeError("refused is unknown")
-
-    @refused.setter
-    def refused(self, value: bool) -> None:
-        pass
-
-
-class FailsUnsure(Recorded):
-    """An in-doubt step whose execute fails with an `UnsureError`."""
-
-    async def execute(self, ctx: AegisContext) -> AegisContext:
-        await super().execute(ctx)
-        raise UnsureError("card", "Card Declined!")
-
-
-class UndoFailsUnsure(Recorded):
-    """A step whose every compensation fails with an `UnsureError`."""
-
-    async def compensate(self, ctx: AegisContext) -> None:
-        await super().compensate(ctx)
-        raise UnsureError("hotel", "hotel cannot be undone")
-
-
-def test_a_refused_attribute_that_raises_is_no_refusal() -> None:
-    assert is_refusal(UnsureError("t", "m")) is False
-    assert is_refusal(ToolError("t", "m")) is True
-    assert is_refusal(ToolError("t", "m", refused=False)) is False
-
-
-async def test_a_failed_in_doubt_step_whose_error_cannot_tell_refused_is_compensated_with_the_rest() -> None:
-    calls, capture = Calls(), EventCapture()
-    saga = [Recorded("flight", calls), Recorded("hotel", calls), FailsUnsure("card", calls, in_doubt=True)]
-    run = await WorkflowEngine(sinks=[capture]).run_saga(saga)
-    assert calls.trail() == [
-        ("execute", "flight"),
-        ("execute", "hotel"),
-        ("execute", "card"),
-        ("compensate", "card"),
-        ("compensate", "hotel"),
-        ("compensate", "flight"),
-    ]
-    assert capture.trail() == [
-        *ROLLED_BACK_TRAIL[:7],
-        ("CompensationStarted", "card"),
-        ("CompensationSucceeded", "card"),
-        *ROLLED_BACK_TRAIL[7:],
-    ]
-    assert run.report.cause == ErrorInfo("UnsureError", "Card Declined!")
-    assert run.report.compensated == ("card", "hotel", "flight")
-    assert isinstance(run.error, SagaRolledBack)
-    assert str(run.error) == "saga 'saga': Card Declined! — rolled back: card, hotel, flight"
-    assert [e.seq for e in run.events] == list(range(len(run.events)))
-    assert fold_report(run.events) == run.report
-
-
-async def test_a_compensation_failing_with_an_error_that_cannot_tell_refused_leaves_the_rest_undone() -> None:
-    calls, capture = Calls(), EventCapture()
-    saga = [
-        Recorded("flight", calls),
-        UndoFailsUnsure("hotel", calls, retry=RetryPolicy.never()),
-        Recorded("card", calls, fail="Card Declined!"),
-    ]
-    run = await WorkflowEngine(sinks=[capture]).run_saga(saga)
-    assert calls.trail() == [
-        ("execute", "flight"),
-        ("execute", "hotel"),
-        ("execute", "card"),
-        ("compensate", "hotel"),
-        ("compensate", "flight"),
-    ]
-    assert capture.trail() == [
-        *ROLLED_BACK_TRAIL[:8],
-        ("CompensationFailed", "hotel"),
-        *ROLLED_BACK_TRAIL[9:11],
-        ("SagaStuck",),
-    ]
-    assert run.status is SagaStatus.STUCK
-    assert run.report.left_standing == ("hotel",)
-    assert run.report.compensated == ("flight",)
-    assert isinstance(run.error, SagaCompensationFailed)
-    assert str(run.error) == (
-        "saga 'saga': Card Declined! — could not undo: hotel (hotel cannot be undone, after 1 attempt)"
-        " — rolled back: flight"
-    )
-    assert fold_report(run.events) == run.report
-
-
-# -- the commit's journal write fails or is cancelled ---------------------------------------------
 
 COMMIT_LOST_TRAIL = [
     ("SagaStarted",),
@@ -176,6 +71,7 @@ BOTH_DONE_THEN_UNDONE = [
 ]
 
 
+# Regression guard: a commit the journal failed to write is not reported committed.
 async def test_a_commit_the_journal_could_not_write_is_rolled_back() -> None:
     calls, capture, journal = Calls(), EventCapture(), LosesTheCommit("error")
     engine = WorkflowEngine(journal=journal, sinks=[capture])
@@ -205,6 +101,7 @@ COMMITTED_TRAIL = [
 ]
 
 
+# Regression guard: a commit the journal holds is never undone by a cancellation landing on its write.
 async def test_a_cancellation_during_the_commit_write_waits_for_it_and_nothing_is_undone() -> None:
     # Once the run's end is recorded, the run committed: the caller's cancellation propagates after
     # it (at the caller's next await), and no compensation runs (issue 16: committed trips refunded).
@@ -223,6 +120,7 @@ async def test_a_cancellation_during_the_commit_write_waits_for_it_and_nothing_i
     assert list(journal.unfinished()) == []
 
 
+# Regression guard: the same for a native Task.cancel(), which goes through shields.
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_native_cancel_during_the_commit_write_propagates_after_it_and_nothing_is_undone() -> None:
     calls, capture, journal = Calls(), EventCapture(), LosesTheCommit("cancel")
