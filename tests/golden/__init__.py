@@ -1,0 +1,1 @@
+"""Files written by earlier releases, kept to prove this one still reads them."""
