@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, get_type_hints
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.report import (
@@ -105,6 +105,39 @@ def json_problem(value: object, path: str) -> str | None:
     return f"{path} is a {type(value).__name__}, which is not JSON data"
 
 
+# -- checked access --------------------------------------------------------------------------------
+
+
+def _object(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RecordError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise RecordError(f"{what} must be a JSON array, got {type(value).__name__}")
+    return value
+
+
+def _str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise RecordError(f"{what} must be a string, got {value!r}")
+    return value
+
+
+def _int(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RecordError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _float(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
 # -- contexts --------------------------------------------------------------------------------------
 
 
@@ -142,7 +175,7 @@ def context_from_json(data: object) -> AegisContext:
         frozen = FrozenDict(metadata)
     except TypeError as exc:
         raise RecordError(f"context metadata: {exc}") from None
-    return AegisContext._build(frozen, float(deadline), run_id, step)
+    return AegisContext.from_parts(frozen, deadline=float(deadline), run_id=run_id, step_index=step)
 
 
 def _secret_paths(value: object, path: JSONPath) -> Any:
@@ -249,26 +282,66 @@ def _deadline_to_json(deadline: float) -> float | None:
     return None if deadline == math.inf else deadline  # JSON has no infinity: null is "no deadline"
 
 
-_ENCODERS: Final[Mapping[str, Callable[[Any], Any]]] = MappingProxyType(
+def _deadline_from_json(value: object, where: str) -> float:
+    return math.inf if value is None else _float(value, where)
+
+
+def _bool(value: object, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise RecordError(f"{where} must be true or false, got {value!r}")
+    return value
+
+
+def _kind(value: object, where: str) -> FailureKind:
+    try:
+        return FailureKind(value)
+    except ValueError:
+        raise RecordError(f"{where}: unknown failure kind {value!r}") from None
+
+
+def _names(value: object, where: str) -> tuple[str, ...]:
+    return tuple(_str(name, where) for name in _list(value, where))
+
+
+Encoder = Callable[[Any], Any]
+Decoder = Callable[[object, str], Any]
+
+# How each field type of the events is written and read back. A deadline is a float whose infinity
+# JSON cannot hold, so it goes by its field's name; `_layout` refuses a type missing here.
+_CODECS: Final[Mapping[object, tuple[Encoder | None, Decoder]]] = MappingProxyType(
     {
-        "AegisContext": context_to_json,
-        "ErrorInfo": _error_to_json,
-        "FailureKind": attrgetter("value"),
-        "SagaReport": report_to_json,
-        "tuple[str, ...]": list,
+        str: (None, _str),
+        int: (None, _int),
+        float: (None, _float),
+        bool: (None, _bool),
+        tuple[str, ...]: (list, _names),
+        FailureKind: (attrgetter("value"), _kind),
+        ErrorInfo: (_error_to_json, lambda value, where: _error(value)),
+        AegisContext: (context_to_json, lambda value, where: context_from_json(value)),
+        SagaReport: (report_to_json, lambda value, where: report_from_json(value)),
     }
 )
+_DEADLINE: Final[tuple[Encoder | None, Decoder]] = (_deadline_to_json, _deadline_from_json)
+
+
+def _layout(cls: type) -> tuple[tuple[str, Encoder | None, Decoder], ...]:
+    """Each field of event class `cls` in order, with its encoder (None: already JSON) and decoder."""
+    hints = get_type_hints(cls)
+    layout = []
+    for field in dataclasses.fields(cls):
+        codec = _DEADLINE if field.name == "deadline" else _CODECS.get(hints[field.name])
+        if codec is None:
+            raise TypeError(f"{cls.__name__}.{field.name}: no JSON codec for {hints[field.name]!r}")
+        layout.append((field.name, *codec))
+    return tuple(layout)
+
+
+_LAYOUTS: Final = MappingProxyType({cls: _layout(cls) for cls in EVENT_TYPES})
 EVENT_LAYOUTS: Final = MappingProxyType(
-    {
-        cls: tuple(
-            (f.name, _deadline_to_json if f.name == "deadline" else _ENCODERS.get(str(f.type)))
-            for f in dataclasses.fields(cls)
-        )
-        for cls in EVENT_TYPES
-    }
+    {cls: tuple((name, encode) for name, encode, _ in layout) for cls, layout in _LAYOUTS.items()}
 )
 """Per event class, each field's name and encoder (None: already JSON). Encoding runs twice per
-step, so the field types are looked at once, here, rather than per event."""
+step, so the field types are looked at once, at import, rather than per event."""
 
 
 def event_to_json(event: SagaEvent) -> dict[str, Any]:
@@ -290,73 +363,10 @@ def event_from_json(data: Mapping[str, Any]) -> SagaEvent:
     cls = _EVENTS.get(name) if isinstance(name, str) else None
     if cls is None:
         raise RecordError(f"unknown event type {name!r}")
-    fields = dataclasses.fields(cls)
-    expected = {f.name for f in fields} | {"v", "type"}
+    layout = _LAYOUTS[cls]
+    expected = {field for field, _, _ in layout} | {"v", "type"}
     if set(data) != expected:
         missing, extra = sorted(expected - set(data)), sorted(set(data) - expected)
         raise RecordError(f"{name}: missing fields {missing}, unexpected fields {extra}")
-    values: list[Any] = [_field(cls.__name__, f.name, str(f.type), data[f.name]) for f in fields]
+    values = [decode(data[field], f"{name}.{field}") for field, _, decode in layout]
     return cls(*values)  # type: ignore[return-value]
-
-
-def _field(event: str, field: str, annotation: str, value: object) -> object:
-    where = f"{event}.{field}"
-    if field == "context":
-        return context_from_json(value)
-    if field == "error":
-        return _error(value)
-    if field == "report":
-        return report_from_json(value)
-    if field == "kind":
-        try:
-            return FailureKind(value)
-        except ValueError:
-            raise RecordError(f"{where}: unknown failure kind {value!r}") from None
-    if field == "steps":
-        return tuple(_str(s, where) for s in _list(value, where))
-    if field == "deadline":
-        return math.inf if value is None else _float(value, where)
-    if annotation == "str":
-        return _str(value, where)
-    if annotation == "int":
-        return _int(value, where)
-    if annotation == "float":
-        return _float(value, where)
-    if annotation == "bool":
-        if not isinstance(value, bool):
-            raise RecordError(f"{where} must be true or false, got {value!r}")
-        return value
-    raise RecordError(f"{where}: no decoder for a field of type {annotation}")  # pragma: no cover
-
-
-# -- checked access --------------------------------------------------------------------------------
-
-
-def _object(value: object, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise RecordError(f"{what} must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _list(value: object, what: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise RecordError(f"{what} must be a JSON array, got {type(value).__name__}")
-    return value
-
-
-def _str(value: object, what: str) -> str:
-    if not isinstance(value, str):
-        raise RecordError(f"{what} must be a string, got {value!r}")
-    return value
-
-
-def _int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RecordError(f"{what} must be an integer, got {value!r}")
-    return value
-
-
-def _float(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RecordError(f"{what} must be a number, got {value!r}")
-    return float(value)
