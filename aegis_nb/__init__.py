@@ -2,7 +2,8 @@
 
 Steps execute and compensate; the `WorkflowEngine` undoes completed steps newest first when a later
 one fails or runs past its deadline. Importing this package does no work and pulls in neither the
-MCP SDK nor Jupyter: `AegisMCP` is loaded on first use.
+MCP SDK nor Jupyter nor ``sqlite3``: `AegisMCP`, the views and the durable journal (`SqliteJournal`,
+the journal errors) are loaded on first use.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -33,14 +34,6 @@ from aegis_nb.saga import (
     FunctionStep,
     InMemoryJournal,
     Journal,
-    JournalCorrupt,
-    JournalError,
-    JournalInUse,
-    JournalTooNew,
-    JournalTooOld,
-    JournalUnavailable,
-    JournalUntrusted,
-    RecoveryIncomplete,
     RetryPolicy,
     SagaCommitted,
     SagaCompensated,
@@ -49,28 +42,50 @@ from aegis_nb.saga import (
     SagaStarted,
     SagaStuck,
     Sink,
-    SqliteJournal,
     Step,
     StepFailed,
-    StepNotRecoverable,
     StepStarted,
     StepSucceeded,
     StepTimedOut,
     WorkflowEngine,
     describe,
-    read_events,
-    read_runs,
     step,
 )
 
 if TYPE_CHECKING:
     from aegis_nb.mock import FaultPlan, Latency, Ledger, ToolFaults, TravelAgency
     from aegis_nb.notebook import LiveView, ReplayView, SagaDiagram
+    from aegis_nb.saga.durable import (
+        JournalCorrupt,
+        JournalError,
+        JournalInUse,
+        JournalTooNew,
+        JournalTooOld,
+        JournalUnavailable,
+        JournalUntrusted,
+        RecoveryIncomplete,
+        SqliteJournal,
+        StepNotRecoverable,
+        read_events,
+        read_runs,
+    )
     from aegis_nb.server import TIMEOUT_META_KEY, AegisMCP, ToolPairStep, ToolSession, WorkflowResult, connect
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "JournalCorrupt": "aegis_nb.saga.durable",
+    "JournalError": "aegis_nb.saga.durable",
+    "JournalInUse": "aegis_nb.saga.durable",
+    "JournalTooNew": "aegis_nb.saga.durable",
+    "JournalTooOld": "aegis_nb.saga.durable",
+    "JournalUnavailable": "aegis_nb.saga.durable",
+    "JournalUntrusted": "aegis_nb.saga.durable",
+    "RecoveryIncomplete": "aegis_nb.saga.durable",
+    "SqliteJournal": "aegis_nb.saga.durable",
+    "StepNotRecoverable": "aegis_nb.saga.durable",
+    "read_events": "aegis_nb.saga.durable",
+    "read_runs": "aegis_nb.saga.durable",
     "AegisMCP": "aegis_nb.server",
     "TIMEOUT_META_KEY": "aegis_nb.server",
     "ToolPairStep": "aegis_nb.server",
@@ -89,13 +104,18 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Load the parts that need extras (server and mock tools: `mcp`; views: `notebook`) when asked for."""
+    """Load a part when one of its names is first asked for: the durable journal (it opens ``sqlite3``),
+    and the parts that need extras (server and mock tools: `mcp`; views: `notebook`)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'aegis_nb' has no attribute {name!r}")
     import importlib
 
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def load_ipython_extension(ipython: Any) -> None:

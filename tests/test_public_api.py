@@ -1,9 +1,10 @@
-"""The public API is curated: `aegis_nb.__all__` is pinned, and importing does no heavy work."""
+"""The public API is curated: `aegis_nb.__all__` is pinned; importing defines names and does nothing else."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 
 import aegis_nb
 
@@ -92,6 +93,47 @@ def test_importing_aegis_nb_loads_neither_mcp_nor_jupyter() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_importing_aegis_nb_loads_no_durable_journal_until_one_is_asked_for() -> None:
+    # DESIGN: nothing happens at import. The durable journal (and sqlite3) load on first use, through
+    # the packages' module __getattr__; then each durable name is the durable package's own.
+    code = textwrap.dedent(
+        """
+        import sys, aegis_nb, aegis_nb.saga
+        loaded = lambda: [m for m in ("sqlite3", "aegis_nb.saga.durable") if m in sys.modules]
+        print(loaded())
+        aegis_nb.SqliteJournal
+        print(loaded())
+        from aegis_nb.saga import durable
+        top = [n for n in aegis_nb.__all__ if n in durable.__all__]
+        print([n for n in top if getattr(aegis_nb, n) is getattr(durable, n)])
+        saga = aegis_nb.saga
+        print(sorted(n for n in saga.DURABLE_NAMES if getattr(saga, n) is getattr(durable, n)))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    top = [
+        "JournalCorrupt",
+        "JournalError",
+        "JournalInUse",
+        "JournalTooNew",
+        "JournalTooOld",
+        "JournalUnavailable",
+        "JournalUntrusted",
+        "RecoveryIncomplete",
+        "SqliteJournal",
+        "StepNotRecoverable",
+        "read_events",
+        "read_runs",
+    ]
+    expected = [
+        "[]",
+        "['sqlite3', 'aegis_nb.saga.durable']",
+        str(top),
+        str(sorted([*top, "RunInfo", "read_run"])),
+    ]
+    assert (result.stdout.splitlines(), result.stderr) == (expected, "")
 
 
 def test_aegismcp_alias_exposes_the_documented_names() -> None:
