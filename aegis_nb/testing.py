@@ -19,9 +19,6 @@ class EventCapture(list[SagaEvent]):
         """The events so far (the capture itself)."""
         return self
 
-    def of_run(self, run_id: str) -> list[SagaEvent]:
-        return [e for e in self.events if e.run_id == run_id]
-
     def trail(self) -> list[tuple[str, ...]]:
         """Events as ``(EventName,)`` or ``(EventName, step)`` tuples: whole sequences, easy to assert."""
         return [outline(e) for e in self.events]

@@ -1,9 +1,10 @@
 """`ToolExecutor`: run awaitables under a context's deadline, raising `ToolTimeoutError` past it.
 
-Deadlines are absolute times on the loop clock enforced by anyio cancel scopes. `run` guards one call;
-`guard` keeps a single scope open across many calls (the engine's forward phase) and only touches it
-when the deadline actually changes, because re-arming a scope costs microseconds and the engine's
-budget per step is about one.
+Deadlines are absolute times on the loop clock enforced by anyio cancel scopes. `ToolExecutor.run`
+guards one call. A `DeadlineGuard` keeps a single scope open across many calls and touches it only
+when the deadline changes, because re-arming a scope costs microseconds and the engine's budget per
+step is about one: the engine's forward phase runs its steps under one, and its rollback keeps one
+as a backstop behind every compensation's budget.
 """
 
 from __future__ import annotations
@@ -106,14 +107,10 @@ class ToolExecutor:
         """Like `run`, naming the call `name` in the timeout error."""
         if ctx.deadline == math.inf:
             return await fn(*args, **kwargs)
-        guard = self.guard(ctx)
+        guard = DeadlineGuard(ctx.deadline, loop_clock())
         guard.begin(name)
         if guard.deadline <= guard.started_at:
             raise ToolTimeoutError(name, guard.deadline - guard.started_at)
         with guard:
             return await fn(*args, **kwargs)
         raise AssertionError("unreachable: a cancelled guard raises ToolTimeoutError")  # pragma: no cover
-
-    def guard(self, ctx: AegisContext, clock: Clock | None = None) -> DeadlineGuard:
-        """A reusable deadline scope for several calls under `ctx.deadline`."""
-        return DeadlineGuard(ctx.deadline, clock or loop_clock())

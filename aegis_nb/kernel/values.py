@@ -156,13 +156,13 @@ class FrozenDict(Mapping[str, Any]):
 _wrap = twin_builder(FrozenDict, ["_data", "_hash"])
 
 
-Path: TypeAlias = "str | tuple[Path, str | int]"
+MetadataPath: TypeAlias = "str | tuple[MetadataPath, str | int]"
 """Where a value sits, for error messages: a name, or (parent path, key or index), written out
 only when an error needs it (`render_path`), since every step's result is frozen."""
 
 
-def render_path(path: Path) -> str:
-    """``metadata['flight'][0]``: a `Path` as error messages show it."""
+def render_path(path: MetadataPath) -> str:
+    """``metadata['flight'][0]``: a `MetadataPath` as error messages show it."""
     steps: list[str] = []
     while isinstance(path, tuple):
         path, key = path
@@ -170,7 +170,7 @@ def render_path(path: Path) -> str:
     return path + "".join(reversed(steps))
 
 
-def freeze_mapping(data: Mapping[str, Any], path: Path = "metadata") -> dict[str, Any]:
+def freeze_mapping(data: Mapping[str, Any], path: MetadataPath = "metadata") -> dict[str, Any]:
     """Check and freeze every value of `data`; raise `TypeError` naming the offending key."""
     if type(data) is not dict and not isinstance(data, Mapping):
         raise TypeError(f"{render_path(path)} must be a mapping, got {type(data).__name__}")
@@ -190,7 +190,7 @@ def freeze_mapping(data: Mapping[str, Any], path: Path = "metadata") -> dict[str
     return frozen
 
 
-def freeze(value: Any, path: Path) -> Any:
+def freeze(value: Any, path: MetadataPath) -> Any:
     """Return an immutable copy of a JSON-compatible value, or raise `TypeError` naming `path`."""
     # Exact types first: every step's result is frozen, and the abstract Mapping check is slow.
     cls = type(value)

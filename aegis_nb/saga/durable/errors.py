@@ -1,16 +1,6 @@
-"""Errors of the durable journal, rooted in the package's one error tree::
+"""Errors of the durable journal: `StepNotRecoverable` (a `SagaDefinitionError`) and the `JournalError`s.
 
-    AegisError
-     ├── SagaDefinitionError
-     │    └── StepNotRecoverable     a step recovery could not (or may not) rebuild: refused at the
-     │                               run's start, or at recovery (a locator naming foreign code)
-     └── JournalError                the journal file cannot be used; always names the file
-          ├── JournalUnavailable     cannot be created, opened or written (read-only path, full disk)
-          ├── JournalUntrusted       others could write it (its mode, owner or folder)
-          ├── JournalInUse           another process holds the journal
-          ├── JournalCorrupt         not a journal, damaged, truncated, or a record that does not decode
-          ├── JournalTooNew          written by a newer schema than this version reads
-          └── JournalTooOld          written by an older file layout than this version reads
+Their place in the one error tree is drawn in `aegis_nb.kernel.errors`.
 
 A journal error never leads to the file being rewritten or repaired: the file stays as it was, for a
 person (or a newer aegis_nb) to look at.
