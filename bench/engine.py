@@ -34,7 +34,6 @@ from aegis_nb import (
     StepSucceeded,
     WorkflowEngine,
 )
-from aegis_nb.kernel.records import builder
 from aegis_nb.saga.sinks import direct_call
 from aegis_nb.testing import EventCapture
 
@@ -99,12 +98,8 @@ async def latch(steps: list[TrivialStep]) -> None:
         await saga.run_async()
 
 
-_step_started, _step_succeeded = builder(StepStarted), builder(StepSucceeded)
-_compensation_started, _compensation_succeeded = builder(CompensationStarted), builder(CompensationSucceeded)
-
-
 async def required_work(steps: list[TrivialStep]) -> None:
-    """The per-step work issue 2 asks for, with the engine's own fast builders, and nothing else."""
+    """The per-step work issue 2 asks for (events, idempotency key, snapshots), and nothing else."""
     sink = direct_call(EventCapture())
     ctx, clock = AegisContext(), time.monotonic
     events: list[SagaEvent] = []
@@ -113,24 +108,24 @@ async def required_work(steps: list[TrivialStep]) -> None:
     try:
         for index, step in enumerate(steps):
             step_input = ctx._for_step("run", index)  # carries the step's idempotency key
-            event: SagaEvent = _step_started("run", len(events), now, index, "step")
+            event: SagaEvent = StepStarted("run", len(events), now, index, "step")
             events.append(event)
             sink(event)
             await step.execute(step_input)
             done.append((index, step, step_input))
             now = clock()
-            event = _step_succeeded("run", len(events), now, index, "step", 0.0, step_input)
+            event = StepSucceeded("run", len(events), now, index, "step", 0.0, step_input)
             events.append(event)
             sink(event)
     except Boom:
         for index, step, snapshot in reversed(done):
             compensation_input = snapshot._with_budget(now + 30.0)
-            event = _compensation_started("run", len(events), now, index, "step", 1)
+            event = CompensationStarted("run", len(events), now, index, "step", 1)
             events.append(event)
             sink(event)
             await step.compensate(compensation_input)
             now = clock()
-            event = _compensation_succeeded("run", len(events), now, index, "step", 1, 0.0)
+            event = CompensationSucceeded("run", len(events), now, index, "step", 1, 0.0)
             events.append(event)
             sink(event)
 

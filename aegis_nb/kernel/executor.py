@@ -57,6 +57,14 @@ class DeadlineGuard:
         self._scope.__enter__()
         self._deadline = deadline
 
+    def rearm(self, deadline: float, now: float) -> None:
+        """Guard the next call until `deadline`: the scope is touched only when the deadline changes,
+        and swapped for a fresh one if its own deadline passed (a shielded call outlived it)."""
+        if self._deadline <= now:
+            self.renew(deadline)
+        else:
+            self.deadline = deadline
+
     def begin(self, step: str) -> float:
         """Mark `step` as the running call; returns its start time."""
         self.step = step

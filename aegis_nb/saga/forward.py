@@ -1,18 +1,17 @@
 """One run of a saga: the forward phase, then the commit or the rollback.
 
-Forward, one cancel scope covers the whole phase and is re-armed only when the deadline changes
-(a scope per step would cost ten times the engine itself). Each step gets the context the previous
-one returned, stamped with its idempotency key. On an exception, a timeout, a cancellation or an
-interrupt, every completed step is compensated with the context its own execute returned, under a
-fresh compensation budget and shielded from the cancellation (asyncio's native one included, and
-one that arrives mid-rollback); then the cancellation or interrupt propagates unchanged, and any
-other failure becomes `SagaRolledBack` or `SagaCompensationFailed`.
+Each step gets the context the previous one returned, stamped with its idempotency key. One cancel
+scope covers the whole forward phase and is touched only when the deadline changes (a scope per step
+would cost ten times the engine itself). On an exception, a timeout, a cancellation or an interrupt,
+every completed step is compensated, newest first, with the context its own execute returned
+(`aegis_nb.saga.rollback`), shielded from the cancellation; then the cancellation or interrupt
+propagates unchanged, and any other failure becomes `SagaRolledBack` or `SagaCompensationFailed`.
+
+Every event goes through `RunRecorder.record`, whose journal write no cancellation cuts off: once
+the run's end is recorded, the run committed, whatever the caller does next.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from itertools import chain
 
 import anyio
 
@@ -25,24 +24,14 @@ from aegis_nb.kernel.errors import (
     ToolTimeoutError,
 )
 from aegis_nb.kernel.executor import DeadlineGuard
-from aegis_nb.kernel.records import builder
-from aegis_nb.kernel.report import (
-    CompensationFailure,
-    ErrorInfo,
-    FailureKind,
-    SagaReport,
-    SagaStatus,
-)
+from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaReport
 from aegis_nb.kernel.scrubbing import scrubbed_cause
 from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
     SagaCommitted,
-    SagaCompensated,
-    SagaEvent,
     SagaStarted,
-    SagaStuck,
     StepFailed,
     StepStarted,
     StepSucceeded,
@@ -51,14 +40,11 @@ from aegis_nb.saga.events import (
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import roll_back
-
-_new_step_started = builder(StepStarted)
-_new_step_succeeded = builder(StepSucceeded)
+from aegis_nb.saga.rollback import OwedCompensation, conclude_rollback, roll_back
 
 
 class Forward:
-    """One run: the forward phase, then commit or rollback (under `retry` and `budget`)."""
+    """One run: the steps forward, then the commit, or the rollback under `retry` and `budget`."""
 
     def __init__(
         self,
@@ -69,90 +55,84 @@ class Forward:
         retry: RetryPolicy,
         budget: float,
     ) -> None:
-        self.retry = retry
-        self.budget = budget
         self.recorder = recorder
         self.saga = saga
         self.specs = specs
         self.initial = ctx
-        self.step_names = tuple([s.name for s in specs])
+        self.retry = retry
+        self.budget = budget
         self.snapshots: list[AegisContext] = []  # what each completed step's execute returned
 
     async def run(self) -> SagaRun:
         recorder, clock = self.recorder, self.recorder.clock
-        run_id, journal, events = recorder.run_id, recorder.journal, recorder.events
-        snapshots = self.snapshots
         started = clock()
         current = self.initial
         guard = DeadlineGuard(current.deadline, clock)
-        deadline = guard.deadline  # mirrored locally: read twice per step, written rarely
-        # What _fail needs to know if the step in hand raises.
-        running: StepSpec | None = None
-        unrecorded: SagaEvent | None = None  # a StepSucceeded the journal has not recorded yet
-        step_input = current
-        step_started = now = clock()
+        # What `_fail` needs to know if the step in hand raises.
+        running: StepSpec | None = None  # the step whose execute may have acted
+        step_input, step_started = current, started
+        unrecorded: StepSucceeded | None = None  # a success the journal has not recorded yet
         try:
-            # Inside the try: a cancellation the journal held during this write ends the run as
-            # rolled back (nothing to undo), not as a run left open.
-            await recorder.emit(SagaStarted, self.saga, self.step_names, current.deadline, current)
-            step_started = now = clock()
+            # Inside the try: a cancellation the journal held during this write rolls back (nothing
+            # to undo) rather than leaving the run open.
+            names = tuple(spec.name for spec in self.specs)
+            await recorder.record(
+                SagaStarted(
+                    *recorder.header(),
+                    saga=self.saga,
+                    steps=names,
+                    deadline=current.deadline,
+                    context=current,
+                )
+            )
             with guard:
                 for spec in self.specs:
-                    index, name, step, args, kwargs, timeout, _, _ = spec
-                    step_input = current._for_step(run_id, index)
-                    # Nothing awaits between the last step's end and this one's start: one clock
-                    # reading serves both.
-                    guard.step = name
-                    guard.started_at = step_started = now
-                    if timeout is not None:
-                        guard.deadline = deadline = min(current.deadline, step_started + timeout)
+                    step_input = current.for_step(recorder.run_id, spec.index)
+                    step_started = guard.begin(spec.name)
+                    deadline = current.deadline
+                    if spec.timeout is not None:
+                        deadline = min(deadline, step_started + spec.timeout)
+                    guard.rearm(deadline, step_started)
                     if step_started >= deadline:
                         # Refused before it started: not the failed step, and owed no compensation
                         # even if in doubt. The error names it and says so, for the report's summary.
-                        raise ToolTimeoutError(name, deadline - step_started, "; it was not run")
-                    await recorder.record(_new_step_started(run_id, len(events), step_started, index, name))
-
-                    # From here on the step may have acted (not if its StepStarted write failed).
-                    running = spec
-                    # Unpacking empty args costs as much as the rest of the call: skip it.
-                    if args or kwargs:
-                        result = await step.execute(step_input, *args, **kwargs)
-                    else:
-                        result = await step.execute(step_input)
-
+                        raise ToolTimeoutError(spec.name, deadline - step_started, "; it was not run")
+                    await recorder.record(
+                        StepStarted(*recorder.header(step_started), index=spec.index, step=spec.name)
+                    )
+                    running = spec  # from here on the step may have acted
+                    result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
                     current = step_input if result is None else self._accept(spec, step_input, result)
-                    if current._deadline != deadline:  # a shorter one, or the end of a step timeout
-                        if current._deadline > deadline and deadline <= clock():
-                            # The step outlived its timeout in a shield of its own and succeeded: the
-                            # scope stays cancelled and would cut off the next step, which has time.
-                            guard.renew(current._deadline)
-                        guard.deadline = deadline = current._deadline
-                    snapshots.append(current)
+                    self.snapshots.append(current)
                     running = None
+                    # Held until recorded: if the journal write fails, the rollback still publishes
+                    # the success, so the run's events tell what happened.
                     now = clock()
-                    # Held here until recorded: if the journal write fails, the rollback still
-                    # publishes the success, so the run's events tell what happened.
-                    unrecorded = _new_step_succeeded(
-                        run_id, len(events), now, index, name, now - step_started, current
+                    unrecorded = StepSucceeded(
+                        *recorder.header(now),
+                        index=spec.index,
+                        step=spec.name,
+                        duration=now - step_started,
+                        context=current,
                     )
                     await recorder.record(unrecorded)
                     unrecorded = None
-                    if journal is not None:
-                        now = clock()  # the write took time
         except BaseException as exc:
             return await self._fail(exc, started, running, step_input, step_started, unrecorded)
         try:
-            await recorder.emit(SagaCommitted, self.saga, clock() - started, current)
+            now = clock()
+            await recorder.record(
+                SagaCommitted(*recorder.header(now), saga=self.saga, duration=now - started, context=current)
+            )
         except BaseException as exc:
-            if events and isinstance(events[-1], SagaCommitted):
-                # The commit is recorded (a cancellation waits for the write, see RunRecorder.record):
-                # the run did commit, and nothing undoes it; the cancellation or a sink's interrupt
-                # propagates after it.
+            if isinstance(recorder.events[-1], SagaCommitted):
+                # The commit is recorded (a cancellation waits for the write): the run committed and
+                # nothing undoes it; the cancellation or a sink's interrupt propagates after it.
                 raise
             # The commit's journal write failed: the run is not committed (recovery would undo it),
             # so it is rolled back here as after any other failure between steps.
             return await self._fail(exc, started, None, current, clock())
-        return SagaRun(tuple(events), current, None)
+        return SagaRun(tuple(recorder.events), current, None)
 
     def _accept(self, spec: StepSpec, step_input: AegisContext, result: object) -> AegisContext:
         """The context a step produced, checked, stamped, and never with a later deadline."""
@@ -162,10 +142,10 @@ class Forward:
                 f"got {type(result).__name__}"
             )
         # A context derived from the step's own input already carries its stamp: no copy needed.
-        if result._step_index != spec.index or result._run_id != self.recorder.run_id:
-            result = result._for_step(self.recorder.run_id, spec.index)
-        if result._deadline > step_input._deadline:
-            result = result._with_budget(step_input._deadline)
+        if result.step_index != spec.index or result.run_id != self.recorder.run_id:
+            result = result.for_step(self.recorder.run_id, spec.index)
+        if result.deadline > step_input.deadline:
+            result = result.with_budget(step_input.deadline)
         return result
 
     async def _fail(
@@ -175,7 +155,7 @@ class Forward:
         failed: StepSpec | None,
         step_input: AegisContext,
         step_started: float,
-        unrecorded: SagaEvent | None = None,
+        unrecorded: StepSucceeded | None = None,
     ) -> SagaRun:
         """Record the failure, compensate shielded, then re-raise cancellations or build the error.
 
@@ -197,6 +177,51 @@ class Forward:
         error.__cause__ = scrubbed_cause(exc, secrets)
         return SagaRun(tuple(self.recorder.events), None, error, report)
 
+    async def _roll_back(
+        self,
+        exc: BaseException,
+        kind: FailureKind,
+        cause: ErrorInfo,
+        secrets: tuple[str, ...],
+        started: float,
+        failed: StepSpec | None,
+        step_input: AegisContext,
+        step_started: float,
+        unrecorded: StepSucceeded | None,
+    ) -> SagaReport:
+        """`_fail`'s shielded part: the failure's event, the compensations, the final event."""
+        recorder = self.recorder
+        if unrecorded is not None and unrecorded not in recorder.events[-1:]:
+            recorder.publish(unrecorded)  # the step did succeed, and is compensated below
+        # Newest first, each with what its own execute returned.
+        done = self.specs[: len(self.snapshots)]
+        owed = [
+            OwedCompensation(*pair) for pair in zip(reversed(done), reversed(self.snapshots), strict=True)
+        ]
+        if failed is not None:
+            duration = recorder.clock() - step_started
+            header = recorder.header()
+            if isinstance(exc, ToolTimeoutError):
+                budget = exc.budget if exc.budget is not None else duration
+                event: StepTimedOut | StepFailed = StepTimedOut(
+                    *header,
+                    index=failed.index,
+                    step=failed.name,
+                    duration=duration,
+                    budget=budget,
+                    error=cause,
+                )
+            else:
+                event = StepFailed(
+                    *header, index=failed.index, step=failed.name, duration=duration, kind=kind, error=cause
+                )
+            await recorder.record(event)
+            # A refusal is the tool's own answer that it did not act: nothing is in doubt.
+            if failed.in_doubt and not cause.refused:
+                owed.insert(0, OwedCompensation(failed, step_input))
+        await roll_back(recorder, owed, default_retry=self.retry, budget=self.budget, secrets=secrets)
+        return await conclude_rollback(recorder, self.saga, started, kind, cause)
+
     def _secrets_held(self, step_input: AegisContext) -> tuple[str, ...]:
         """Every secret value the run has held: in each context so far and in any step's arguments.
 
@@ -210,79 +235,6 @@ class Forward:
             if spec.args or spec.kwargs:
                 held += argument_secrets(spec.args, spec.kwargs)
         return tuple(dict.fromkeys(held))
-
-    async def _roll_back(
-        self,
-        exc: BaseException,
-        kind: FailureKind,
-        cause: ErrorInfo,
-        secrets: tuple[str, ...],
-        started: float,
-        failed: StepSpec | None,
-        step_input: AegisContext,
-        step_started: float,
-        unrecorded: SagaEvent | None,
-    ) -> SagaReport:
-        """`_fail`'s shielded part: the failure's event, the compensations, the final event.
-
-        `unrecorded` is a step's success that its journal write did not record: the step did
-        succeed and will be compensated, so the run's events (and sinks) get it first.
-        """
-        recorder, clock = self.recorder, self.recorder.clock
-        if unrecorded is not None and unrecorded not in recorder.events[-1:]:
-            recorder.publish(unrecorded)
-        snapshots = self.snapshots
-        # Newest first, each with what its own execute returned; zip hands out its pairs lazily.
-        owed: Iterable[tuple[StepSpec, AegisContext]]
-        owed = zip(reversed(self.specs[: len(snapshots)]), reversed(snapshots), strict=True)
-        if failed is not None:
-            duration = clock() - step_started
-            if isinstance(exc, ToolTimeoutError):
-                budget = exc.budget if exc.budget is not None else duration
-                await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
-            else:
-                await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
-            # A refusal is the tool's own answer that it did not act: nothing is in doubt.
-            if failed.in_doubt and not cause.refused:
-                owed = chain([(failed, step_input)], owed)
-        result = await roll_back(
-            recorder, owed, default_retry=self.retry, budget=self.budget, secrets=secrets
-        )
-        status = SagaStatus.STUCK if result.failures else SagaStatus.ROLLED_BACK
-        report = self._report(
-            status,
-            failed=failed,
-            kind=kind,
-            cause=cause,
-            compensated=result.compensated,
-            failures=result.failures,
-        )
-        final = SagaStuck if result.failures else SagaCompensated
-        await recorder.emit(final, self.saga, clock() - started, report)
-        return report
-
-    def _report(
-        self,
-        status: SagaStatus,
-        *,
-        failed: StepSpec | None = None,
-        kind: FailureKind | None = None,
-        cause: ErrorInfo | None = None,
-        compensated: tuple[str, ...] = (),
-        failures: tuple[CompensationFailure, ...] = (),
-    ) -> SagaReport:
-        return SagaReport(
-            run_id=self.recorder.run_id,
-            saga=self.saga,
-            status=status,
-            steps=self.step_names,
-            succeeded=self.step_names[: len(self.snapshots)],
-            failed_step=None if failed is None else failed.name,
-            failure_kind=kind,
-            cause=cause,
-            compensated=compensated,
-            compensation_failures=failures,
-        )
 
 
 def _classify(exc: BaseException) -> FailureKind:

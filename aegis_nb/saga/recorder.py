@@ -7,12 +7,10 @@ that a crash could forget. A sink that raises is detached and logged; it never b
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import anyio
 
 from aegis_nb.kernel.clock import Clock
-from aegis_nb.kernel.records import builder
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.sinks import Sink, SinkSet, direct_call, same_sink
@@ -38,14 +36,10 @@ class RunRecorder:
         self._subscribed = tuple(sink for origin in sink_sets for sink in origin.sinks)
         self.sinks = tuple(map(direct_call, self._subscribed))
 
-    async def emit(self, event_type: type[SagaEvent], *fields: Any) -> SagaEvent:
-        """Create ``event_type(run_id, seq, time, *fields)``, journal it, then publish it.
-
-        Afterwards the run's events and the journal agree (see `write`).
-        """
-        event = builder(event_type)(self.run_id, len(self.events), self.clock(), *fields)
-        await self.record(event)
-        return event
+    def header(self, time: float | None = None) -> tuple[str, int, float]:
+        """The run id, sequence number and time (now, unless given) of the run's next event, the
+        fields every event starts with: ``recorder.record(StepStarted(*recorder.header(), ...))``."""
+        return self.run_id, len(self.events), self.clock() if time is None else time
 
     async def record(self, event: SagaEvent) -> None:
         """Journal `event`, then publish it, whatever cancellation lands meanwhile.
@@ -99,4 +93,3 @@ class RunRecorder:
             exc_info=True,
         )
         return self.sinks
-

@@ -24,7 +24,6 @@ engine's (`saga.engine`, `saga.rollback`):
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -38,23 +37,22 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from aegis_nb.kernel.context import AegisContext
     from aegis_nb.kernel.errors import ToolTimeoutError
-    from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
+    from aegis_nb.kernel.report import ErrorInfo, FailureKind
     from aegis_nb.saga.durable.codec import SCHEMA_VERSION, RecordError, context_from_json, event_to_json
+    from aegis_nb.saga.durable.steprecord import StepRecord
     from aegis_nb.saga.events import (
         CompensationFailed,
         CompensationStarted,
         CompensationSucceeded,
         SagaCommitted,
-        SagaCompensated,
         SagaStarted,
-        SagaStuck,
         StepFailed,
         StepStarted,
         StepSucceeded,
         StepTimedOut,
     )
-    from aegis_nb.saga.history import fold_report
     from aegis_nb.saga.recorder import RunRecorder
+    from aegis_nb.saga.rollback import conclude_rollback
     from aegis_nb.temporal.failures import StepError, describe, step_error
     from aegis_nb.temporal.names import (
         COMPENSATE_ACTIVITY,
@@ -63,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         OUTCOME_MEMO,
         WORKFLOW_NAME,
     )
-    from aegis_nb.temporal.plan import SagaPlan, StepCall, StepPlan, restamp
+    from aegis_nb.temporal.plan import SagaPlan, StepCall, restamp
 
 BACKSTOP_GRACE = 1.0
 """Seconds past a call's limit before the server gives up on its worker (the worker cuts it at the limit)."""
@@ -129,10 +127,13 @@ class _Run:
 
     async def run(self, current: AegisContext) -> dict[str, Any]:
         recorder, plan = self.recorder, self.plan
-        await recorder.emit(
-            SagaStarted, plan.saga, tuple(s.name for s in plan.steps), current.deadline, current
+        names = tuple(s.name for s in plan.steps)
+        await recorder.record(
+            SagaStarted(
+                *recorder.header(), saga=plan.saga, steps=names, deadline=current.deadline, context=current
+            )
         )
-        running: StepPlan | None = None
+        running: StepRecord | None = None
         step_input, step_started = current, workflow.time()
         try:
             for step in plan.steps:
@@ -148,20 +149,32 @@ class _Run:
                 if workflow.cancellation_reason() is not None:
                     raise asyncio.CancelledError  # requested between steps: the next one is not run
                 running = step
-                await recorder.emit(StepStarted, step.index, step.name)
+                await recorder.record(StepStarted(*recorder.header(), index=step.index, step=step.name))
                 result = await self._execute(step, step_input, limit, step_started)
                 current = self._accept(step_input, result)
                 self.snapshots.append(current)
                 running = None
                 now = workflow.time()
-                await recorder.emit(StepSucceeded, step.index, step.name, now - step_started, current)
+                duration = now - step_started
+                await recorder.record(
+                    StepSucceeded(
+                        *recorder.header(),
+                        index=step.index,
+                        step=step.name,
+                        duration=duration,
+                        context=current,
+                    )
+                )
         except (Exception, asyncio.CancelledError) as exc:
             return await self._fail(exc, running, step_input, step_started)
-        await recorder.emit(SagaCommitted, plan.saga, workflow.time() - self.started, current)
+        duration = workflow.time() - self.started
+        await recorder.record(
+            SagaCommitted(*recorder.header(), saga=plan.saga, duration=duration, context=current)
+        )
         return _outcome(recorder)
 
     async def _execute(
-        self, step: StepPlan, ctx: AegisContext, limit: float, step_started: float
+        self, step: StepRecord, ctx: AegisContext, limit: float, step_started: float
     ) -> AegisContext:
         call = StepCall(step.name, step.locator, step.args, step.kwargs, ctx, _finite(limit))
         # Without a deadline an attempt gets a day; with one, the server's backstop is the limit plus
@@ -198,7 +211,7 @@ class _Run:
     async def _fail(
         self,
         exc: BaseException,
-        failed: StepPlan | None,
+        failed: StepRecord | None,
         step_input: AegisContext,
         step_started: float,
     ) -> dict[str, Any]:
@@ -212,20 +225,32 @@ class _Run:
             duration = workflow.time() - step_started
             if kind is FailureKind.TIMEOUT:
                 budget = duration if error.budget is None else error.budget
-                await recorder.emit(StepTimedOut, failed.index, failed.name, duration, budget, cause)
+                await recorder.record(
+                    StepTimedOut(
+                        *recorder.header(),
+                        index=failed.index,
+                        step=failed.name,
+                        duration=duration,
+                        budget=budget,
+                        error=cause,
+                    )
+                )
             else:
-                await recorder.emit(StepFailed, failed.index, failed.name, duration, kind, cause)
+                await recorder.record(
+                    StepFailed(
+                        *recorder.header(),
+                        index=failed.index,
+                        step=failed.name,
+                        duration=duration,
+                        kind=kind,
+                        error=cause,
+                    )
+                )
             # A refusal is the tool's word that this attempt did not act; a lost attempt may have.
             if (failed.in_doubt and not cause.refused) or error.lost:
                 owed.insert(0, (failed, step_input))
         await self._roll_back(owed)
-        # The events say what was undone and what was not, exactly as the engine's report does.
-        report = fold_report(recorder.events)
-        stuck = bool(report.compensation_failures)
-        status = SagaStatus.STUCK if stuck else SagaStatus.ROLLED_BACK
-        report = dataclasses.replace(report, status=status, failure_kind=kind, cause=cause)
-        final = SagaStuck if stuck else SagaCompensated
-        await recorder.emit(final, plan.saga, workflow.time() - self.started, report)
+        await conclude_rollback(recorder, plan.saga, self.started, kind, cause)
         outcome = _outcome(recorder)
         if self.cancel_seen or workflow.cancellation_reason() is not None:
             # A cancelled workflow carries no result: the memo keeps the events for the client.
@@ -233,7 +258,7 @@ class _Run:
             raise CancelledError("the saga was cancelled; its completed steps were rolled back")
         return outcome
 
-    async def _roll_back(self, owed: list[tuple[StepPlan, AegisContext]]) -> None:
+    async def _roll_back(self, owed: list[tuple[StepRecord, AegisContext]]) -> None:
         """Compensate `owed` in order, each attempt an activity, retried per its policy (`saga.rollback`)."""
         recorder, budget = self.recorder, self.plan.compensation_budget
         for step, snapshot in owed:
@@ -243,20 +268,24 @@ class _Run:
             while True:
                 now = workflow.time()
                 ctx = restamp(snapshot, now + budget, snapshot.run_id, snapshot.step_index)
-                await recorder.emit(CompensationStarted, step.index, step.name, attempt)
+                await recorder.record(
+                    CompensationStarted(*recorder.header(), index=step.index, step=step.name, attempt=attempt)
+                )
                 try:
                     await self._shielded(partial(self._compensate, step, ctx, budget))
                 except ActivityError as exc:
                     error = self._step_error(exc, step.name, budget).info
                     will_retry = attempt < policy.attempts
-                    await recorder.emit(
-                        CompensationFailed,
-                        step.index,
-                        step.name,
-                        attempt,
-                        workflow.time() - now,
-                        error,
-                        will_retry,
+                    await recorder.record(
+                        CompensationFailed(
+                            *recorder.header(),
+                            index=step.index,
+                            step=step.name,
+                            attempt=attempt,
+                            duration=workflow.time() - now,
+                            error=error,
+                            will_retry=will_retry,
+                        )
                     )
                     if not will_retry:
                         break
@@ -265,8 +294,14 @@ class _Run:
                         await self._shielded(partial(workflow.sleep, delay))
                     attempt += 1
                     continue
-                await recorder.emit(
-                    CompensationSucceeded, step.index, step.name, attempt, workflow.time() - now
+                await recorder.record(
+                    CompensationSucceeded(
+                        *recorder.header(),
+                        index=step.index,
+                        step=step.name,
+                        attempt=attempt,
+                        duration=workflow.time() - now,
+                    )
                 )
                 break
 
@@ -275,7 +310,7 @@ class _Run:
         # Read here, at call time: tests shorten the worker-loss retries by patching this module.
         return step_error(exc, name, budget, attempts=_WORKER_LOSS_RETRY.maximum_attempts)
 
-    def _compensate(self, step: StepPlan, ctx: AegisContext, budget: float) -> Awaitable[Any]:
+    def _compensate(self, step: StepRecord, ctx: AegisContext, budget: float) -> Awaitable[Any]:
         call = StepCall(step.name, step.locator, step.args, step.kwargs, ctx, ctx.deadline)
         return workflow.start_activity(
             COMPENSATE_ACTIVITY,
