@@ -199,7 +199,7 @@ class StepResolver:
         cached = self._objects.get(id(step))
         if cached is not None and cached[0] is step:
             return StepLocator(LocatorKind.OBJECT, cached[1], MappingProxyType({}))
-        fn = step._execute  # the decorated function names the module the step lives in
+        fn = step.forwards_to("execute")  # the decorated function names the module the step lives in
         module_name = getattr(fn, "__module__", None)
         module = sys.modules.get(module_name) if isinstance(module_name, str) else None
         if module is None:
@@ -378,7 +378,7 @@ def _module_names(names: Iterable[str]) -> tuple[str, ...]:
 
 def _module_of(step: object) -> str | None:
     """The module a registered step comes from: its function's for a function step, else its class's."""
-    owner = step._execute if isinstance(step, FunctionStep) else type(step)
+    owner = step.forwards_to("execute") if isinstance(step, FunctionStep) else type(step)
     module = getattr(owner, "__module__", None)
     return module if isinstance(module, str) else None
 
