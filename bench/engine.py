@@ -10,7 +10,8 @@ For scale, one more row does only the work the issue asks of each step, built as
 it and nothing else: a context stamped with the step's idempotency key, two frozen events handed to
 the capture sink, and for each compensation a context with its own budget and two more events. No
 checking of the saga, no deadline, no journal, no error handling: what the engine costs above this
-row is its own bookkeeping.
+row is its own bookkeeping. The last row passes the saga as the documentation page's workflow
+builds it per request, ``(step, (), {})`` tuples (issue 17: no dearer than bare steps).
 
     python bench/engine.py [--steps 1000] [--repeat 30]
 """
@@ -107,7 +108,7 @@ async def required_work(steps: list[TrivialStep]) -> None:
     now = clock()
     try:
         for index, step in enumerate(steps):
-            step_input = ctx._for_step("run", index)  # carries the step's idempotency key
+            step_input = ctx.for_step("run", index)  # carries the step's idempotency key
             event: SagaEvent = StepStarted("run", len(events), now, index, "step")
             events.append(event)
             sink(event)
@@ -119,7 +120,7 @@ async def required_work(steps: list[TrivialStep]) -> None:
             sink(event)
     except Boom:
         for index, step, snapshot in reversed(done):
-            compensation_input = snapshot._with_budget(now + 30.0)
+            compensation_input = snapshot.with_budget(now + 30.0)
             event = CompensationStarted("run", len(events), now, index, "step", 1)
             events.append(event)
             sink(event)
@@ -130,7 +131,9 @@ async def required_work(steps: list[TrivialStep]) -> None:
             sink(event)
 
 
-def ours(deadline: bool) -> Callable[[list[TrivialStep]], Awaitable[None]]:
+def ours(deadline: bool, page_form: bool = False) -> Callable[[list[TrivialStep]], Awaitable[None]]:
+    """Our engine; `page_form` builds the saga per run as the documentation page's workflow does,
+    a list of ``(step, (), {})`` tuples, rather than passing the steps themselves."""
     engine = WorkflowEngine(compensation_retry=RetryPolicy.never())
 
     async def run(steps: list[TrivialStep]) -> None:
@@ -138,8 +141,9 @@ def ours(deadline: bool) -> Callable[[list[TrivialStep]], Awaitable[None]]:
         ctx = AegisContext()
         if deadline:
             ctx = ctx.with_timeout(3600)
+        saga: list[object] = [(step, (), {}) for step in steps] if page_form else list(steps)
         with contextlib.suppress(SagaFailed):
-            await engine.execute_saga(steps, ctx, name="bench", sinks=[capture])
+            await engine.execute_saga(saga, ctx, name="bench", sinks=[capture])
 
     return run
 
@@ -188,6 +192,7 @@ def main() -> None:
         ("required work alone (see above)", required_work),
         ("aegis_nb, events captured", ours(deadline=False)),
         ("aegis_nb, events + deadline", ours(deadline=True)),
+        ("aegis_nb, the page's (step, (), {})", ours(deadline=False, page_form=True)),
     ]
     print(f"{args.steps}-step sagas, best of {args.repeat} interleaved runs, µs per step")
     print(f"{'engine':<36}{'all succeed':>14}{'last fails':>14}{'x bare':>10}{'x latch':>10}")

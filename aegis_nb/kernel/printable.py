@@ -42,11 +42,15 @@ def printable(text: str) -> str:
     surrogate becomes U+FFFD (it cannot be encoded). What is left holds none of them, and text that
     held none comes back unchanged, so applying it twice is applying it once.
     """
+    if text.isprintable():  # no control, separator or surrogate: the usual name, left as it is
+        return text
     return _CONTROLS.sub(_escape, replace_surrogates(text))
 
 
 def printable_line(text: str) -> str:
     """`text` as one printable line: whitespace runs (line breaks too) one space, then `printable`."""
+    if text.isprintable() and "  " not in text and text.strip(" ") == text:
+        return text  # already one printable line (the usual step name): nothing to fold or escape
     return printable(one_line(text))
 
 
