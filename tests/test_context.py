@@ -117,3 +117,64 @@ def test_contexts_compare_and_hash_by_value() -> None:
 
 def test_idempotency_key_is_absent_outside_a_run() -> None:
     assert AegisContext().idempotency_key is None
+
+
+def test_a_context_stamped_for_a_step_is_a_new_immutable_context() -> None:
+    original = AegisContext({"a": 1, "card": Secret("4242")}, deadline=10.0)
+    stamped = original.for_step("run", 2)
+    assert type(stamped) is AegisContext
+    assert (stamped.run_id, stamped.step_index, stamped.idempotency_key) == ("run", 2, "run/2")
+    assert (stamped.metadata, stamped.deadline) == (original.metadata, 10.0)
+    assert repr(stamped) == (
+        "AegisContext(metadata={'a': 1, 'card': '***'}, deadline=10.000000, idempotency_key='run/2')"
+    )
+    assert original.idempotency_key is None
+    with pytest.raises(AttributeError, match="AegisContext is immutable"):
+        stamped._deadline = 20.0
+    with pytest.raises(AttributeError, match="AegisContext is immutable"):
+        del stamped._run_id
+
+
+def test_a_budget_replaces_the_deadline_where_with_deadline_only_shortens_it() -> None:
+    # A compensation runs when the forward deadline may be spent: the engine gives it a budget of
+    # its own, later than that deadline; with_deadline, which steps use, could never lengthen it.
+    spent = AegisContext({"a": 1}, deadline=10.0).for_step("run", 2)
+    assert spent.with_deadline(30.0) is spent
+    budgeted = spent.with_budget(30.0)
+    assert (budgeted.deadline, budgeted.idempotency_key, budgeted.metadata) == (30.0, "run/2", spent.metadata)
+    assert budgeted.with_budget(5.0).deadline == 5.0
+    assert spent.deadline == 10.0
+
+
+def test_a_context_rebuilt_from_its_parts_equals_the_original() -> None:
+    original = AegisContext({"trip": {"legs": ["LIS"]}}, deadline=12.5).for_step("run", 1)
+    rebuilt = AegisContext.from_parts(
+        original.metadata, deadline=original.deadline, run_id=original.run_id, step_index=original.step_index
+    )
+    assert rebuilt == original
+    assert rebuilt.metadata is original.metadata  # a FrozenDict is frozen already: not copied
+    source = {"legs": ["LIS"]}
+    thawed = AegisContext.from_parts({"trip": source}, deadline=12.5, run_id="run", step_index=1)
+    source["legs"].append("NYC")
+    assert thawed == original  # any other mapping is checked and frozen, as the constructor does
+    outside = AegisContext.from_parts({}, deadline=math.inf, run_id=None, step_index=None)
+    assert outside == AegisContext()
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        (
+            {"deadline": "soon", "run_id": None, "step_index": None},
+            "deadline must be a number on the loop clock",
+        ),
+        ({"deadline": 1.0, "run_id": 7, "step_index": None}, "run_id must be a str or None, got 7"),
+        ({"deadline": 1.0, "run_id": "r", "step_index": True}, "step_index must be an int or None, got True"),
+        ({"deadline": 1.0, "run_id": "r", "step_index": "0"}, "step_index must be an int or None, got '0'"),
+    ],
+)
+def test_parts_of_the_wrong_type_are_refused(parts: dict[str, object], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        AegisContext.from_parts({}, **parts)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"metadata\['when'\]: value of type set"):
+        AegisContext.from_parts({"when": {1}}, deadline=1.0, run_id=None, step_index=None)

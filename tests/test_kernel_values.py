@@ -104,7 +104,7 @@ def test_kernel_values_refuse_pickling_when_dumped(value: object, message: str) 
 
 @pytest.mark.anyio
 async def test_a_context_cannot_be_initialised_again() -> None:
-    ctx = AegisContext({"a": 1}).with_timeout(5)._for_step("run", 0)
+    ctx = AegisContext({"a": 1}).with_timeout(5).for_step("run", 0)
     before = (ctx.to_json(), ctx.deadline, ctx.idempotency_key, hash(ctx))
     for built in (ctx, AegisContext()):
         with pytest.raises(AttributeError) as caught:

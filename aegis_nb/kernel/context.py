@@ -9,13 +9,12 @@ what lets each compensation see exactly the state its own step produced.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import anyio
 
-from aegis_nb.kernel.records import twin_builder, twin_copier
-from aegis_nb.kernel.values import FrozenDict, JSONValue, freeze_mapping, secret_values, thaw
+from aegis_nb.kernel.values import FrozenDict, JSONValue, secret_values, thaw
 
 
 class AegisContext:
@@ -41,18 +40,34 @@ class AegisContext:
         if seconds is None:
             raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
         # `is None`, not falsiness: [] or "" must be rejected as any other non-mapping is.
-        frozen = _EMPTY if metadata is None else FrozenDict._trusted(freeze_mapping(metadata))
+        frozen = _EMPTY if metadata is None else _EMPTY.merged(metadata)
         object.__setattr__(self, "_metadata", frozen)
         object.__setattr__(self, "_deadline", seconds)
         object.__setattr__(self, "_run_id", None)
         object.__setattr__(self, "_step_index", None)
 
     @classmethod
-    def _build(
-        cls, metadata: FrozenDict, deadline: float, run_id: str | None, step_index: int | None
+    def from_parts(
+        cls,
+        metadata: Mapping[str, Any],
+        *,
+        deadline: float,
+        run_id: str | None,
+        step_index: int | None,
     ) -> AegisContext:
-        """A context from trusted, already frozen parts (journals rebuild contexts with it)."""
-        return _assemble(metadata, deadline, run_id, step_index)
+        """A context rebuilt from the parts a journal or a Temporal payload holds.
+
+        Metadata already a `FrozenDict` is taken as it is (it is frozen by construction); any other
+        mapping is checked and frozen as the constructor does.
+        """
+        if (seconds := _number(deadline)) is None:
+            raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
+        if run_id is not None and not isinstance(run_id, str):
+            raise TypeError(f"run_id must be a str or None, got {run_id!r}")
+        if step_index is not None and (isinstance(step_index, bool) or not isinstance(step_index, int)):
+            raise TypeError(f"step_index must be an int or None, got {step_index!r}")
+        frozen = metadata if type(metadata) is FrozenDict else FrozenDict(metadata)
+        return _context(frozen, seconds, run_id, step_index)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -101,9 +116,8 @@ class AegisContext:
 
     def with_metadata(self, updates: Mapping[str, Any]) -> AegisContext:
         """A new context with `updates` merged into the metadata; this one is left untouched."""
-        merged = dict(self._metadata._data)
-        merged.update(freeze_mapping(updates))
-        return _assemble(FrozenDict._trusted(merged), self._deadline, self._run_id, self._step_index)
+        merged = self._metadata.merged(updates)
+        return _context(merged, self._deadline, self._run_id, self._step_index)
 
     def with_deadline(self, deadline: float) -> AegisContext:
         """A new context whose deadline is the earlier of the current one and `deadline`.
@@ -114,7 +128,7 @@ class AegisContext:
             raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
         if number >= self._deadline:
             return self
-        return _assemble(self._metadata, number, self._run_id, self._step_index)
+        return _context(self._metadata, number, self._run_id, self._step_index)
 
     def with_timeout(self, seconds: float) -> AegisContext:
         """A new context due `seconds` from now, unless the current deadline is earlier.
@@ -127,11 +141,31 @@ class AegisContext:
             raise ValueError(f"timeout must not be negative, got {seconds!r}")
         return self.with_deadline(anyio.current_time() + number)
 
-    # Generated below the class, as fast as a constructor: the engine derives one per step.
-    _for_step: Callable[[str, int], AegisContext]
-    """This context stamped with a run id and step position (which make its idempotency key)."""
-    _with_budget: Callable[[float], AegisContext]
-    """This context with the deadline replaced, not shortened: compensations get a fresh budget."""
+    # The engine's two derivations. Public so that every module that runs steps (the engine,
+    # recovery, the Temporal activities) says what it does by name; a step has no need of them.
+
+    def for_step(self, run_id: str, index: int) -> AegisContext:
+        """This context stamped for position `index` of run `run_id`, which make its idempotency key."""
+        return _context(self._metadata, self._deadline, run_id, index)
+
+    def with_budget(self, deadline: float) -> AegisContext:
+        """This context with its deadline replaced by `deadline`, later or earlier.
+
+        Unlike `with_deadline`, which only shortens, this may lengthen: a compensation gets a budget
+        of its own, since it runs when the forward deadline may already be spent. A step gains
+        nothing by calling it: the engine caps the context a step returns at the step's deadline.
+        """
+        return _context(self._metadata, deadline, self._run_id, self._step_index)
+
+    # TEMPORARY old names, for the callers not yet renamed.
+    _for_step = for_step
+    _with_budget = with_budget
+
+    @classmethod
+    def _build(
+        cls, metadata: FrozenDict, deadline: float, run_id: str | None, step_index: int | None
+    ) -> AegisContext:
+        return cls.from_parts(metadata, deadline=deadline, run_id=run_id, step_index=step_index)
 
     # -- value behaviour -----------------------------------------------------------------------
 
@@ -188,12 +222,18 @@ def _number(value: object) -> float | None:
     return None if math.isnan(number) else number
 
 
-_EMPTY = FrozenDict._trusted({})
+_EMPTY = FrozenDict()
 """The metadata of every context built without any (immutable, so one is enough)."""
 
-# The engine derives a context per step: built the way `record` classes are, 3x cheaper than
-# setting immutable slots one by one.
-_FIELDS = ["_metadata", "_deadline", "_run_id", "_step_index"]
-_assemble = twin_builder(AegisContext, _FIELDS)
-AegisContext._for_step = twin_copier(AegisContext, _FIELDS, ["_run_id", "_step_index"])
-AegisContext._with_budget = twin_copier(AegisContext, _FIELDS, ["_deadline"])
+
+def _context(
+    metadata: FrozenDict, deadline: float, run_id: str | None, step_index: int | None
+) -> AegisContext:
+    """A context from parts already checked, without `__init__`'s checks and freezing."""
+    ctx: AegisContext = object.__new__(AegisContext)
+    # object's own __setattr__: the context's refuses every assignment.
+    object.__setattr__(ctx, "_metadata", metadata)
+    object.__setattr__(ctx, "_deadline", deadline)
+    object.__setattr__(ctx, "_run_id", run_id)
+    object.__setattr__(ctx, "_step_index", step_index)
+    return ctx

@@ -11,8 +11,6 @@ import math
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, Final, NoReturn, TypeAlias
 
-from aegis_nb.kernel.records import twin_builder
-
 JSONValue: TypeAlias = Any
 """A JSON-compatible value: None, bool, int, float, str, lists and str-keyed dicts of those."""
 
@@ -80,7 +78,17 @@ class FrozenDict(Mapping[str, Any]):
     @staticmethod
     def _trusted(data: dict[str, Any]) -> FrozenDict:
         """Wrap a dict whose values are already frozen (no copy, no checks)."""
-        return _wrap(data, None)
+        frozen: FrozenDict = object.__new__(FrozenDict)
+        # object's own __setattr__: FrozenDict's refuses every assignment.
+        object.__setattr__(frozen, "_data", data)
+        object.__setattr__(frozen, "_hash", None)
+        return frozen
+
+    def merged(self, updates: Mapping[str, Any]) -> FrozenDict:
+        """A new mapping: this one with `updates` checked, frozen and merged in (they win)."""
+        data = dict(self._data)
+        data.update(freeze_mapping(updates))
+        return FrozenDict._trusted(data)
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
@@ -151,11 +159,6 @@ class FrozenDict(Mapping[str, Any]):
         return f"FrozenDict({self._data!r})"
 
 
-# Every step's result is wrapped: built the way `record` classes are, 3x cheaper than setting
-# immutable slots one by one.
-_wrap = twin_builder(FrozenDict, ["_data", "_hash"])
-
-
 MetadataPath: TypeAlias = "str | tuple[MetadataPath, str | int]"
 """Where a value sits, for error messages: a name, or (parent path, key or index), written out
 only when an error needs it (`render_path`), since every step's result is frozen."""
@@ -184,7 +187,7 @@ def freeze_mapping(data: Mapping[str, Any], path: MetadataPath = "metadata") -> 
         if cls in _FROZEN_AS_IS:
             frozen[key] = value
         elif cls is dict:  # a step's result nested under its key: the usual container
-            frozen[key] = _wrap(freeze_mapping(value, (path, key)), None)
+            frozen[key] = FrozenDict._trusted(freeze_mapping(value, (path, key)))
         else:
             frozen[key] = freeze(value, (path, key))
     return frozen

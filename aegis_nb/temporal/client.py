@@ -304,7 +304,7 @@ def _run_from(outcome: Mapping[str, Any], *, cancelled: bool) -> SagaRun:
     if isinstance(last, SagaCommitted):
         context = last.context
         local = convert_deadline(context.deadline, source=wall_clock, target=loop_clock())
-        final = AegisContext._build(context.metadata, local, context.run_id, context.step_index)
+        final = context.with_budget(local)  # the same moment, on this process's clock
         return SagaRun(events, final, None)
     if not isinstance(last, SagaCompensated | SagaStuck):
         raise ValueError(f"the saga workflow ended on {type(last).__name__}, not on a final event")
