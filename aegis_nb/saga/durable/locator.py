@@ -30,10 +30,10 @@ import importlib
 import inspect
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType, ModuleType
 from typing import Any, Final
 
-from aegis_nb.kernel.records import record
 from aegis_nb.saga.definition import StepSpec, step_name
 from aegis_nb.saga.durable.codec import RecordError, json_problem
 from aegis_nb.saga.durable.errors import StepNotRecoverable
@@ -53,7 +53,7 @@ class LocatorKind(enum.Enum):
     CLASS = "class"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class StepLocator:
     """A step's identity as the journal stores it: `target` is a registered name or ``module:qualname``."""
 

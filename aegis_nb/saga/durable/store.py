@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.saga.durable.errors import JournalCorrupt, JournalError, JournalUnavailable
 from aegis_nb.saga.durable.sqlitefile import (
@@ -81,7 +80,7 @@ UNFINISHED: tuple[str, ...] = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING
 # -- rows written in one batch ----------------------------------------------------------------------
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NewRun:
     """A run's row: its saga name and the JSON of what recovery needs to rebuild its steps."""
 
@@ -90,7 +89,7 @@ class NewRun:
     steps: str
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class EventRow:
     """One encoded event; `status` is the run's new status when this event changes it."""
 
@@ -100,7 +99,7 @@ class EventRow:
     status: SagaStatus | None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class RecoveryMark:
     """Count one more recovery of the run (shown by ``aegis-nb runs``)."""
 
@@ -126,7 +125,7 @@ class RunInfo:
     recoveries: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class StoredRun:
     """A run's row and its encoded events, in order, as read from the file."""
 
