@@ -3,13 +3,20 @@
 An `AegisMCP` server marks its refusals (a `ToolError` raised by a tool, a bad request, a workflow
 that rolled back) with ``_meta["aegis-nb/refused"]``. A tool that crashed after acting, a stuck
 workflow, or an error from a server that marks nothing arrive as ``ToolError(refused=False)``, and a
-failed in-doubt step is then compensated, live as in the journal.
+failed in-doubt step is then compensated, live as in the journal. Whether a failed in-doubt step is
+undone is decided the same way live, after a crash and on Temporal, for every kind of `ToolError`; no
+result says "refused" for a call that may have acted, while a call refused on arrival still says so.
 """
 
 from __future__ import annotations
 
+import re
+import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
@@ -17,17 +24,25 @@ from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
 from aegis_nb import SagaCompensationFailed, SagaStatus
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import SagaRolledBack, ToolError, is_refusal
+from aegis_nb.kernel.errors import SagaRolledBack, ToolError, ToolTimeoutError, is_refusal
 from aegis_nb.kernel.report import ErrorInfo
+from aegis_nb.mock import DECLINED, DECLINED_TEST_CARD, TravelAgency, travel_saga, trip_context
+from aegis_nb.mock.travel import travel_app
 from aegis_nb.saga import fold_report
+from aegis_nb.saga.durable import SqliteJournal
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.app import AegisMCP
-from aegis_nb.server.results import REFUSED_META_KEY
+from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY
 from aegis_nb.server.session import connect, unwrap_result
 from aegis_nb.server.tool_step import ToolPairStep
 from aegis_nb.testing import EventCapture
-from tests.steps import ROLLED_BACK_TRAIL, Calls, Recorded
+from tests.conftest import STRICT
+from tests.durable_support import Crash, CrashingJournal
+from tests.steps import ASYNCIO_ONLY, ROLLED_BACK_TRAIL, Calls, Recorded
+from tests.temporal_support import temporal_address
+
+__all__ = ["temporal_address"]  # the session fixture, imported so pytest finds it here
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +53,7 @@ CHARGE_UNDONE = [
     ("StepFailed", "Charge"),
     ("CompensationStarted", "Charge"),
     ("CompensationSucceeded", "Charge"),
-    ("SagaCompensated",),
+    ("SagaRolledBackEvent",),
 ]
 """The failed in-doubt charge is refunded."""
 
@@ -101,7 +116,7 @@ async def test_a_refusal_in_the_tools_own_words_owes_no_compensation() -> None:
         ("SagaStarted",),
         ("StepStarted", "Charge"),
         ("StepFailed", "Charge"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert (error.report.summary(), error.report.cause) == (
         "Card Declined! — rolled back: nothing to undo",
@@ -305,3 +320,260 @@ async def test_a_compensation_failing_with_an_error_that_cannot_tell_refused_lea
         " — rolled back: flight"
     )
     assert fold_report(run.events) == run.report
+
+
+# -- every kind of ToolError, decided alike live, after a crash and on Temporal --------------------
+
+
+ONCE = RetryPolicy(attempts=1, initial_delay=0.0)
+
+
+class SkipsInit(ToolError):
+    """A subclass whose ``__init__`` does not call ToolError's: a refusal, as the class default says."""
+
+    def __init__(self, message: str) -> None:
+        Exception.__init__(self, message)
+        self.tool, self.message, self.structured = "charge", message, None
+
+
+class Crashed(ToolError):
+    """A subclass that declares itself not a refusal: the tool may have acted."""
+
+    refused = False
+
+
+class Book:
+    """Succeeds; its undo is recorded in `undone`."""
+
+    def __init__(self, undone: list[str]) -> None:
+        self.name = "Book"
+        self.undone = undone
+
+    async def execute(self, ctx: AegisContext) -> None:
+        return None
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        self.undone.append(self.name)
+
+
+class Charge:
+    """An in-doubt step whose execute raises what `make` builds; its undo is recorded in `undone`."""
+
+    in_doubt = True
+
+    def __init__(self, undone: list[str], make: Callable[[], Exception]) -> None:
+        self.name = "Charge"
+        self.undone = undone
+        self.make = make
+
+    async def execute(self, ctx: AegisContext) -> None:
+        raise self.make()
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        self.undone.append(self.name)
+
+
+ERRORS: list[tuple[Callable[[], Exception], ErrorInfo, list[str]]] = [
+    (lambda: ToolError("charge", "declined"), ErrorInfo("ToolError", "declined", refused=True), ["Book"]),
+    (
+        lambda: ToolError("charge", "crashed", refused=False),
+        ErrorInfo("ToolError", "crashed"),
+        ["Charge", "Book"],
+    ),
+    (lambda: SkipsInit("declined"), ErrorInfo("SkipsInit", "declined", refused=True), ["Book"]),
+    (lambda: Crashed("charge", "crashed"), ErrorInfo("Crashed", "crashed"), ["Charge", "Book"]),
+    (
+        lambda: Crashed("charge", "declined", refused=True),
+        ErrorInfo("Crashed", "declined", refused=True),
+        ["Book"],
+    ),
+]
+
+
+IDS = ["refused", "not-refused", "subclass-skipping-init", "subclass-not-refused", "subclass-told-refused"]
+
+
+# Regression guard: every kind of ToolError (a subclass skipping ToolError's __init__, one declaring
+# refused = False) is decided the same live and by recovery.
+@pytest.mark.parametrize(("make", "cause", "undone"), ERRORS, ids=IDS)
+async def test_each_kind_of_tool_error_is_decided_alike_live_and_after_a_crash(
+    tmp_path: Path, make: Callable[[], Exception], cause: ErrorInfo, undone: list[str]
+) -> None:
+    live: list[str] = []
+    run = await WorkflowEngine(compensation_retry=ONCE).run_saga([Book(live), Charge(live, make)])
+    assert (run.report.cause, run.report.compensated, live) == (cause, tuple(undone), undone)
+    assert is_refusal(make()) is (undone == ["Book"])
+
+    # The same saga, killed at its first compensation's start (events 0-4 are journaled), recovered.
+    path, recovered = tmp_path / "runs.db", list[str]()
+    steps = [Book(recovered), Charge(recovered, make)]
+    with pytest.raises(Crash):
+        await WorkflowEngine(journal=CrashingJournal(SqliteJournal(path, steps=steps), 5)).run_saga(steps)
+    assert recovered == []
+    async with SqliteJournal(path, steps=steps) as journal:
+        (again,) = await WorkflowEngine(journal=journal, compensation_retry=ONCE).recover()
+    assert (again.report.cause, again.report.compensated, recovered) == (cause, tuple(undone), undone)
+
+
+# Regression guard: ... and by the Temporal workflow.
+@ASYNCIO_ONLY
+@pytest.mark.parametrize(("make", "cause", "undone"), ERRORS, ids=IDS)
+async def test_each_kind_of_tool_error_is_decided_alike_on_temporal(
+    temporal_address: str, make: Callable[[], Exception], cause: ErrorInfo, undone: list[str]
+) -> None:
+    if not STRICT:
+        pytest.importorskip("temporalio")
+    from temporalio.client import Client as TemporalClient
+
+    from aegis_nb.temporal import TemporalSagaRunner, saga_worker
+
+    client = await TemporalClient.connect(temporal_address)
+    remote: list[str] = []
+    steps = [Book(remote), Charge(remote, make)]
+    queue = f"test-{uuid.uuid4().hex}"
+    async with saga_worker(client, queue, steps=steps):
+        runner = TemporalSagaRunner(
+            client, queue, steps=steps, compensation_retry=ONCE, heartbeat_timeout=1.0
+        )
+        run = await runner.run_saga(steps, AegisContext(), name="trip")
+    # One attempt of Charge: a worker that fails to report the error would have Temporal retry it.
+    assert (run.report.cause, run.report.compensated, remote) == (cause, tuple(undone), undone)
+
+
+# -- no refusal mark for a call that may have acted ------------------------------------------------
+
+
+class Booked:
+    async def execute(self, ctx: AegisContext) -> None:
+        return None
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+class Declined:
+    async def execute(self, ctx: AegisContext) -> None:
+        raise ValueError(DECLINED)
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+def marks(result: Any) -> tuple[bool, object, object]:
+    meta = result.meta or {}
+    return result.is_error, meta.get(REFUSED_META_KEY), meta.get(TIMED_OUT_META_KEY, "-")
+
+
+# Regression guard: a workflow whose earlier saga committed is not marked refused when a later one rolls back.
+async def test_a_workflow_whose_earlier_saga_committed_is_not_a_refusal_when_a_later_one_rolls_back() -> None:
+    app = AegisMCP("agent")
+
+    @app.workflow("one_saga")
+    async def one_saga(ctx: AegisContext) -> AegisContext:
+        return await app.workflow_engine.execute_saga([Booked(), Declined()], ctx)
+
+    @app.workflow("two_sagas")
+    async def two_sagas(ctx: AegisContext) -> AegisContext:
+        await app.workflow_engine.execute_saga([Booked()], ctx)  # committed: it acted
+        return await app.workflow_engine.execute_saga([Booked(), Declined()], ctx)
+
+    async def ignore(progress: float, total: float | None, message: str | None) -> None:
+        return None
+
+    async with Client(app) as client:
+        one = await client.call_tool("one_saga", {})
+        two = await client.call_tool("two_sagas", {})
+        two_with_progress = await client.call_tool("two_sagas", {}, progress_callback=ignore)
+    assert [marks(r) for r in (one, two, two_with_progress)] == [
+        (True, True, "-"),
+        (True, None, "-"),
+        (True, None, "-"),
+    ]
+    with pytest.raises(ToolError) as error:
+        unwrap_result("two_sagas", two)
+    assert (error.value.message, error.value.refused) == (f"{DECLINED} — rolled back: Booked", False)
+
+
+# Regression guard: a call that acted before running out of time is in doubt, not refused.
+async def test_a_call_that_acted_before_something_in_it_had_no_time_left_is_in_doubt_not_refused() -> None:
+    app = AegisMCP("agent")
+    acted: list[str] = []
+
+    @app.workflow("late_second_saga")
+    async def late_second_saga(ctx: AegisContext) -> AegisContext:
+        await app.workflow_engine.execute_saga([Booked()], ctx)  # committed: it acted
+        # The rest of the request's time goes by; the next saga is refused before it starts.
+        return await app.workflow_engine.execute_saga([Booked()], ctx.with_deadline(anyio.current_time()))
+
+    @app.tool()
+    async def charge() -> dict[str, Any]:
+        acted.append("charged")
+        await WorkflowEngine().execute_saga([Booked()], AegisContext(deadline=anyio.current_time()))
+        return {}
+
+    async with Client(app) as client:
+        workflow = await client.call_tool("late_second_saga", {})
+        tool = await client.call_tool("charge", {})
+    assert [marks(r) for r in (workflow, tool)] == [(True, None, 0.0), (True, None, 0.0)]
+    assert acted == ["charged"]
+    for name, result in (("late_second_saga", workflow), ("charge", tool)):
+        with pytest.raises(ToolTimeoutError):  # in doubt: an in-doubt step calling it is undone
+            unwrap_result(name, result)
+
+
+# Regression guard: a call whose deadline passed before it arrived is still refused.
+async def test_a_call_whose_deadline_had_passed_on_arrival_is_refused_and_runs_nothing() -> None:
+    app = AegisMCP("agent")
+    ran: list[str] = []
+
+    @app.workflow("trip")
+    async def trip(ctx: AegisContext) -> AegisContext:
+        ran.append("trip")
+        return await app.workflow_engine.execute_saga([Booked()], ctx)
+
+    @app.tool()
+    async def charge() -> dict[str, Any]:
+        ran.append("charge")
+        return {}
+
+    async with Client(app) as client:
+        results = [
+            await client.call_tool(name, {}, meta=cast(RequestParamsMeta, {"aegis-nb/timeoutMs": 1e-300}))
+            for name in ("trip", "charge")
+        ]
+    assert [marks(r) for r in results] == [(True, True, "-"), (True, True, "-")]
+    assert ran == []
+    texts = [re.sub(r"-?\d+\.\d ms", "N ms", r.content[0].text) for r in results]  # type: ignore[union-attr]
+    assert texts == [
+        f"step {name!r} had no time left: the deadline passed N ms before it started; it was not run"
+        for name in ("trip", "charge")
+    ]
+
+
+# Regression guard: the mock agency's declined card is still a refusal, and its agent's rollback too.
+async def test_the_mock_agency_still_refuses_a_declined_card_and_its_agent_marks_the_rollback() -> None:
+    agency = TravelAgency()
+    capture = EventCapture()
+    async with agency.connect() as session:
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine(sinks=[capture]).execute_saga(
+                travel_saga(session, "Lisbon", 3), trip_context(DECLINED_TEST_CARD)
+            )
+    report = failure.value.report
+    assert report.cause == ErrorInfo("ToolError", DECLINED, refused=True)
+    assert report.summary() == f"{DECLINED} — rolled back: {report.steps[1]}, {report.steps[0]}"
+    assert [e for e in capture.trail() if e[0].startswith("Compensation")] == [
+        ("CompensationStarted", report.steps[1]),
+        ("CompensationSucceeded", report.steps[1]),
+        ("CompensationStarted", report.steps[0]),
+        ("CompensationSucceeded", report.steps[0]),
+    ]  # the declined charge (in doubt) is not refunded: the card said it did nothing
+    assert agency.state().is_empty
+
+    # Served: the travel agent's workflow rolled back its one saga, so its result is a refusal.
+    agent = travel_app(TravelAgency())
+    async with Client(agent) as client:
+        result = await client.call_tool(
+            "book_trip", {"destination": "Lisbon", "nights": 3, "card_number": DECLINED_TEST_CARD}
+        )
+    assert marks(result) == (True, True, "-")
