@@ -144,6 +144,8 @@ def test_a_budget_replaces_the_deadline_where_with_deadline_only_shortens_it() -
     assert (budgeted.deadline, budgeted.idempotency_key, budgeted.metadata) == (30.0, "run/2", spent.metadata)
     assert budgeted.with_budget(5.0).deadline == 5.0
     assert spent.deadline == 10.0
+    with pytest.raises(TypeError, match="deadline must be a number on the loop clock, got nan"):
+        spent.with_budget(math.nan)  # a NaN deadline would compare as never past
 
 
 def test_a_context_rebuilt_from_its_parts_equals_the_original() -> None:

@@ -155,11 +155,12 @@ class AegisContext:
         of its own, since it runs when the forward deadline may already be spent. A step gains
         nothing by calling it: the engine caps the context a step returns at the step's deadline.
         """
-        return _context(self._metadata, deadline, self._run_id, self._step_index)
+        if (seconds := _number(deadline)) is None:
+            raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
+        return _context(self._metadata, seconds, self._run_id, self._step_index)
 
-    # TEMPORARY old names, for the callers not yet renamed.
+    # TEMPORARY old names, for the callers not yet renamed (recovery, the Temporal plan).
     _for_step = for_step
-    _with_budget = with_budget
 
     @classmethod
     def _build(
