@@ -6,6 +6,7 @@ MCP SDK nor Jupyter nor ``sqlite3``: `AegisMCP`, the views and the durable journ
 the journal errors) are loaded on first use.
 """
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from aegis_nb.kernel import (
@@ -28,6 +29,7 @@ from aegis_nb.kernel import (
     ToolTimeoutError,
 )
 from aegis_nb.saga import (
+    RENAMED,
     CompensationFailed,
     CompensationStarted,
     CompensationSucceeded,
@@ -36,8 +38,8 @@ from aegis_nb.saga import (
     Journal,
     RetryPolicy,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaRun,
     SagaStarted,
     SagaStuck,
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
         read_events,
         read_runs,
     )
+    from aegis_nb.saga.events import SagaRolledBackEvent as SagaCompensated  # noqa: F401  (RENAMED)
     from aegis_nb.server import TIMEOUT_META_KEY, AegisMCP, ToolPairStep, ToolSession, WorkflowResult, connect
 
 __version__ = "0.1.0"
@@ -105,7 +108,12 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """Load a part when one of its names is first asked for: the durable journal (it opens ``sqlite3``),
-    and the parts that need extras (server and mock tools: `mcp`; views: `notebook`)."""
+    and the parts that need extras (server and mock tools: `mcp`; views: `notebook`). A name renamed
+    since 0.1.0 (`aegis_nb.saga.RENAMED`) is given under its new name, with a `DeprecationWarning`."""
+    if name in RENAMED:
+        new = RENAMED[name]
+        warnings.warn(f"{name} is renamed {new}; the old name will go", DeprecationWarning, stacklevel=2)
+        return globals()[new]
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'aegis_nb' has no attribute {name!r}")
@@ -165,7 +173,6 @@ __all__ = [
     "ReplayView",
     "RetryPolicy",
     "SagaCommitted",
-    "SagaCompensated",
     "SagaCompensationFailed",
     "SagaDefinitionError",
     "SagaDiagram",
@@ -173,6 +180,7 @@ __all__ = [
     "SagaFailed",
     "SagaReport",
     "SagaRolledBack",
+    "SagaRolledBackEvent",
     "SagaRun",
     "SagaStarted",
     "SagaStatus",

@@ -44,8 +44,8 @@ from aegis_nb.saga.events import (
     CompensationStarted,
     CompensationSucceeded,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepEvent,
@@ -62,7 +62,7 @@ RETRY = RetryPolicy(attempts=3, initial_delay=0.0)
 """Three attempts per undo and no backoff: a transient undo fault (one or two failures) heals."""
 
 SAGA = "trip"
-FINAL = (SagaCommitted, SagaCompensated, SagaStuck)
+FINAL = (SagaCommitted, SagaRolledBackEvent, SagaStuck)
 
 
 class CancelPoint(enum.Enum):

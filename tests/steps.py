@@ -110,7 +110,7 @@ ROLLED_BACK_TRAIL = [
     ("CompensationSucceeded", "hotel"),
     ("CompensationStarted", "flight"),
     ("CompensationSucceeded", "flight"),
-    ("SagaCompensated",),
+    ("SagaRolledBackEvent",),
 ]
 """The events of the flight, hotel, failing card saga, rolled back in full (`EventCapture.trail`)."""
 

@@ -32,7 +32,7 @@ COMMIT_LOST_TRAIL = [
     ("CompensationSucceeded", "hotel"),
     ("CompensationStarted", "flight"),
     ("CompensationSucceeded", "flight"),
-    ("SagaCompensated",),
+    ("SagaRolledBackEvent",),
 ]
 
 

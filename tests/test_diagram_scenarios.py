@@ -18,8 +18,8 @@ from aegis_nb.saga.events import (
     CompensationStarted,
     CompensationSucceeded,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepFailed,
@@ -104,7 +104,7 @@ class Script:
         report = fold_report(self.events)
         stuck = bool(report.compensation_failures)
         report = dataclasses.replace(report, status=SagaStatus.STUCK if stuck else SagaStatus.ROLLED_BACK)
-        self._emit(SagaStuck if stuck else SagaCompensated, self.saga, self.now - self.started, report)
+        self._emit(SagaStuck if stuck else SagaRolledBackEvent, self.saga, self.now - self.started, report)
         return tuple(self.events)
 
 

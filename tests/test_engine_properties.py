@@ -24,10 +24,10 @@ from aegis_nb import (
     FailureKind,
     RetryPolicy,
     SagaCommitted,
-    SagaCompensated,
     SagaCompensationFailed,
     SagaFailed,
     SagaRolledBack,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepFailed,
@@ -138,7 +138,7 @@ def check(
     elif plan.fate is Fate.CANCEL:
         assert outcome is None
         assert cancelled
-        assert isinstance(final, SagaStuck if stuck else SagaCompensated)
+        assert isinstance(final, SagaStuck if stuck else SagaRolledBackEvent)
         assert final.report.failure_kind is FailureKind.CANCELLED
     else:
         assert isinstance(outcome, SagaCompensationFailed if stuck else SagaRolledBack)
@@ -152,7 +152,7 @@ def check(
     events = capture.events
     assert [e.seq for e in events] == list(range(len(events)))
     assert isinstance(events[0], SagaStarted)
-    assert sum(isinstance(e, SagaCommitted | SagaCompensated | SagaStuck) for e in events) == 1
+    assert sum(isinstance(e, SagaCommitted | SagaRolledBackEvent | SagaStuck) for e in events) == 1
     expected_kinds: list[tuple[type, int]] = []
     for i in range(len(executed)):
         expected_kinds.append((StepStarted, i))

@@ -24,9 +24,9 @@ from aegis_nb import (
     CompensationStarted,
     CompensationSucceeded,
     RetryPolicy,
-    SagaCompensated,
     SagaEvent,
     SagaRolledBack,
+    SagaRolledBackEvent,
     SagaStarted,
     StepFailed,
     StepStarted,
@@ -236,7 +236,7 @@ async def test_a_step_timeout_under_a_saga_deadline_fails_that_step_and_the_next
         ("StepTimedOut", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     # The flight's own timeout ended with it: the hotel was cut off by its own, not the flight's.
     (hotel_input,) = calls.contexts("execute", "hotel")
@@ -262,7 +262,7 @@ async def test_a_compensation_that_honours_its_deadline_times_out_and_is_retried
         ("CompensationFailed", "flight"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     failed = next(e for e in capture if isinstance(e, CompensationFailed))
     assert failed.error.type == "ToolTimeoutError"
@@ -351,7 +351,7 @@ async def test_a_huge_saga_is_undone_in_full_newest_first() -> None:
     assert raised.value.report.compensated == tuple(f"s{i}" for i in reversed(range(3000)))
     assert [e.seq for e in capture] == list(range(len(capture)))
     assert isinstance(capture[0], SagaStarted)
-    assert isinstance(capture[-1], SagaCompensated)
+    assert isinstance(capture[-1], SagaRolledBackEvent)
     undone = [(ctx.step_index, len(ctx.metadata)) for what, _, ctx in calls.log if what == "compensate"]
     assert undone == [(i, i + 1) for i in reversed(range(3000))]
 

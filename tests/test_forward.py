@@ -124,7 +124,7 @@ async def test_a_step_past_its_deadline_times_out_and_earlier_steps_are_undone()
         ("StepTimedOut", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     timed_out = next(e for e in capture if isinstance(e, StepTimedOut))
     assert timed_out.time >= ctx.deadline

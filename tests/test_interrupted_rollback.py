@@ -99,7 +99,7 @@ async def test_an_interrupt_mid_rollback_is_recorded_and_recover_in_the_same_pro
         ("CompensationSucceeded", "CtrlCOnce"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated", None),
+        ("SagaRolledBackEvent", None),
     ]
 
 

@@ -25,8 +25,8 @@ from aegis_nb import (
     CompensationStarted,
     CompensationSucceeded,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     Secret,
@@ -162,7 +162,7 @@ def rolled_back() -> Expected:
         cause=REFUSED,
         compensated=("Pay",),
     )
-    run.add(SagaCompensated, saga=SAGA, duration=90.0, report=report)
+    run.add(SagaRolledBackEvent, saga=SAGA, duration=90.0, report=report)
     return run
 
 
@@ -207,7 +207,7 @@ def recovered() -> Expected:
         cause=CANCELLED,
         compensated=("Pay",),
     )
-    run.add(SagaCompensated, saga=SAGA, duration=30.0, report=report)
+    run.add(SagaRolledBackEvent, saga=SAGA, duration=30.0, report=report)
     return run
 
 
@@ -296,7 +296,7 @@ async def test_the_unfinished_run_is_recovered_with_steps_of_every_locator_kind(
         ("CompensationSucceeded", {"index": 1, "step": "reserve_seat", "attempt": 1}),
         ("CompensationStarted", {"index": 0, "step": "Pay", "attempt": 1}),
         ("CompensationSucceeded", {"index": 0, "step": "Pay", "attempt": 1}),
-        ("SagaCompensated", {"saga": SAGA, "report": report}),
+        ("SagaRolledBackEvent", {"saga": SAGA, "report": report}),
     ]
     assert [run.status for run in read_runs(golden)][-1] is SagaStatus.ROLLED_BACK
 

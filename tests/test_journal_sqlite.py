@@ -516,7 +516,7 @@ async def test_a_journal_failing_mid_run_fails_the_saga_and_recovery_finishes_it
     assert [outline(e) for e in run.events][-3:] == [
         ("CompensationStarted", "A"),
         ("CompensationSucceeded", "A"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert world.live == {}
 

@@ -63,7 +63,7 @@ PHASES = {
     "CompensationStarted": "rollback",
     "CompensationSucceeded": "rollback",
     "CompensationFailed": "rollback",
-    "SagaCompensated": "rolled back",
+    "SagaRolledBackEvent": "rolled back",
     "SagaStuck": "rolled back",
 }
 

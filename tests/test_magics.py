@@ -211,7 +211,7 @@ def test_a_rollback_shows_one_line_and_the_diagram_not_a_traceback(
         ("StepFailed", "ChargeCard"),
         ("CompensationStarted", "BookFlight"),
         ("CompensationSucceeded", "BookFlight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     # The live widget (blank as text), its blanking at the end, then the static diagram.
     shown = displays(shell)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import aegis_nb
 
 PUBLIC_API = [
@@ -37,7 +39,7 @@ PUBLIC_API = [
     "ReplayView",
     "RetryPolicy",
     "SagaCommitted",
-    "SagaCompensated",
+    "SagaRolledBackEvent",
     "SagaCompensationFailed",
     "SagaDefinitionError",
     "SagaDiagram",
@@ -134,6 +136,19 @@ def test_importing_aegis_nb_loads_no_durable_journal_until_one_is_asked_for() ->
         str(sorted([*top, "RunInfo", "read_run"])),
     ]
     assert (result.stdout.splitlines(), result.stderr) == (expected, "")
+
+
+def test_the_0_1_0_name_of_the_rolled_back_event_still_imports_with_a_warning() -> None:
+    # Users' sinks written for 0.1.0 match on `SagaCompensated`; journals need no alias (the decoder
+    # reads the old name: tests/test_journal_schema_1.py).
+    import aegis_nb.saga
+
+    message = "SagaCompensated is renamed SagaRolledBackEvent; the old name will go"
+    for module in (aegis_nb, aegis_nb.saga):
+        with pytest.warns(DeprecationWarning, match=f"^{message}$") as warned:
+            old = module.SagaCompensated
+        assert (old, [str(w.message) for w in warned]) == (aegis_nb.SagaRolledBackEvent, [message])
+    assert "SagaCompensated" not in aegis_nb.__all__
 
 
 def test_aegismcp_alias_exposes_the_documented_names() -> None:

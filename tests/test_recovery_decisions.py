@@ -31,7 +31,7 @@ from aegis_nb.saga.durable import (
 )
 from aegis_nb.saga.durable.codec import RecordError, decode_event
 from aegis_nb.saga.durable.eventtext import encode_event
-from aegis_nb.saga.events import SagaCompensated, StepFailed
+from aegis_nb.saga.events import SagaRolledBackEvent, StepFailed
 from tests.durable_support import Act, Crash, CrashingJournal, World
 
 pytestmark = pytest.mark.anyio
@@ -135,7 +135,7 @@ def test_the_flag_survives_the_journal_but_not_the_public_report_json() -> None:
         compensation_failures=(CompensationFailure("Book", 2, refused),),
     )
     failed = StepFailed(RUN, 4, 1.0, 1, "Charge", 0.1, FailureKind.ERROR, refused)
-    ended = SagaCompensated(RUN, 7, 2.0, "trip", 1.5, report)
+    ended = SagaRolledBackEvent(RUN, 7, 2.0, "trip", 1.5, report)
     for event in (failed, ended):
         assert decode_event(encode_event(event)) == event
     assert json.loads(encode_event(failed))["error"] == {

@@ -25,7 +25,7 @@ from aegis_nb.saga.durable.recovery import CRASH
 from aegis_nb.saga.events import (
     CompensationSucceeded,
     SagaCommitted,
-    SagaCompensated,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepSucceeded,
@@ -110,7 +110,7 @@ async def test_crash_before_a_step_outcome_is_recorded_undoes_the_in_doubt_step(
         ("CompensationSucceeded", "B"),
         ("CompensationStarted", "A"),
         ("CompensationSucceeded", "A"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     (run,) = recovered
     assert run.report.status is SagaStatus.ROLLED_BACK
@@ -133,7 +133,7 @@ async def test_crash_before_a_plain_step_outcome_leaves_its_effect_which_is_why_
         ("StepSucceeded", "A"),
         ("CompensationStarted", "A"),
         ("CompensationSucceeded", "A"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert world.live == {f"{RUN}/1": "B:b"}
 
@@ -152,7 +152,7 @@ async def test_crash_between_steps_undoes_every_succeeded_step_newest_first(tmp_
         ("CompensationSucceeded", "B"),
         ("CompensationStarted", "A"),
         ("CompensationSucceeded", "A"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert run.report.failed_step is None
     assert world.live == {}
@@ -177,7 +177,7 @@ async def test_crash_mid_compensation_runs_that_compensation_again_and_keeps_the
         ("CompensationSucceeded", "B"),
         ("CompensationStarted", "A"),
         ("CompensationSucceeded", "A"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert run.report.cause == ErrorInfo("RuntimeError", "C failed")
     assert run.report.failure_kind is FailureKind.ERROR
@@ -188,13 +188,13 @@ async def test_crash_mid_compensation_runs_that_compensation_again_and_keeps_the
 
 async def test_crash_after_the_last_compensation_only_marks_the_run(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
-    # 11 is SagaCompensated: both compensations are on disk, the run's end is not.
+    # 11 is SagaRolledBackEvent: both compensations are on disk, the run's end is not.
     world, _, _, (run,) = await crash_then_recover(path, last_fails, 11)
     events = read_run(path, RUN).events
     assert [outline(e) for e in events[-3:]] == [
         ("CompensationStarted", "A"),
         ("CompensationSucceeded", "A"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert sum(isinstance(e, CompensationSucceeded) for e in events) == 2
     assert run.report.compensated == ("B", "A")
@@ -267,7 +267,7 @@ def check_consistent(path: Path, world: World, steps: list[Act]) -> SagaStatus |
     events = read_run(path, RUN).events
     assert [e.seq for e in events] == list(range(len(events)))
     assert isinstance(events[0], SagaStarted)
-    finals = [e for e in events if isinstance(e, SagaCommitted | SagaCompensated | SagaStuck)]
+    finals = [e for e in events if isinstance(e, SagaCommitted | SagaRolledBackEvent | SagaStuck)]
     assert finals == [events[-1]]
     status = fold_report(events).status
     assert info.status is status
@@ -382,4 +382,4 @@ async def test_a_recovered_run_opens_in_the_notebook_replay_view(tmp_path: Path)
     events = read_run(path, RUN).events
     view = ReplayView(events)
     assert (view.slider.min, view.slider.max, view.slider.value) == (1, len(events), len(events))
-    assert isinstance(view.events[-1], SagaCompensated)
+    assert isinstance(view.events[-1], SagaRolledBackEvent)

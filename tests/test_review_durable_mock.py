@@ -99,7 +99,7 @@ async def test_two_recoveries_at_once_undo_each_crashed_run_exactly_once(tmp_pat
         ("CompensationSucceeded", "B"),
         ("CompensationStarted", "A"),
         ("CompensationSucceeded", "A"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
 
 

@@ -103,7 +103,7 @@ async def test_a_failing_compensation_is_retried_until_it_succeeds() -> None:
         ("CompensationFailed", "flight"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     attempts = [getattr(e, "attempt", None) for e in capture.events[-7:-1]]
     assert attempts == [1, 1, 2, 2, 3, 3]

@@ -71,7 +71,7 @@ async def test_the_caller_resumes_before_timers_the_rollbacks_last_event_armed()
         fired.set()
 
     def arm_on_the_end(event: object) -> None:
-        if type(event).__name__ == "SagaCompensated":
+        if type(event).__name__ == "SagaRolledBackEvent":
             loop.call_later(0, timer)
 
     calls = Calls()
@@ -234,7 +234,7 @@ async def test_a_compensation_that_outlives_the_backstop_then_fails_is_retried_w
         ("CompensationSucceeded", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     failures = [e.error.message for e in capture.events if isinstance(e, CompensationFailed)]
     assert failures == ["hotel cannot be undone yet"]
@@ -265,7 +265,7 @@ async def test_a_step_stopped_before_it_started_is_not_the_failed_step_and_owes_
         ("StepSucceeded", "seat"),
         ("CompensationStarted", "seat"),
         ("CompensationSucceeded", "seat"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     report = raised.value.report
     assert (report.failed_step, report.failure_kind, report.succeeded, report.compensated) == (
@@ -311,7 +311,7 @@ async def test_a_success_the_journal_did_not_record_is_still_in_the_run_and_undo
         ("StepSucceeded", "flight"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert tuple(capture) == run.events
     assert (run.report.succeeded, run.report.compensated, run.report.failed_step) == (
@@ -345,7 +345,7 @@ async def test_a_compensation_past_twice_its_budget_is_stopped_and_retried() -> 
         ("CompensationSucceeded", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     failed = capture.events[-6]
     assert isinstance(failed, CompensationFailed)
@@ -383,7 +383,7 @@ async def test_a_journal_write_slower_than_the_backstop_is_waited_for_and_the_un
         ("CompensationSucceeded", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert journal.events(raised.value.report.run_id) == tuple(capture.events)
     assert calls.trail()[-2:] == [("compensate", "hotel"), ("compensate", "flight")]

@@ -24,8 +24,8 @@ from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,
     CompensationSucceeded,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     StepStarted,
 )
 from aegis_nb.saga.retry import RetryPolicy
@@ -290,7 +290,7 @@ async def test_a_client_cancel_mid_saga_leaves_the_remote_ledger_empty(transport
     def watch(event: SagaEvent) -> None:
         if isinstance(event, StepStarted) and event.step == "ReserveHotel":
             hotel_started.set()
-        if isinstance(event, SagaCompensated):
+        if isinstance(event, SagaRolledBackEvent):
             rolled_back.set()
 
     async with agency_session(transport) as agency:

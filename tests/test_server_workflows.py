@@ -402,7 +402,7 @@ async def test_a_cancelled_call_still_rolls_back_on_the_server() -> None:
             return await super().execute(ctx, **kwargs)
 
     def watch(event: Any) -> None:
-        if type(event).__name__ == "SagaCompensated":
+        if type(event).__name__ == "SagaRolledBackEvent":
             rolled_back.set()
 
     app.workflow_engine.subscribe(watch)
@@ -508,7 +508,7 @@ async def test_a_client_that_times_out_still_gets_the_world_rolled_back() -> Non
     rolled_back = anyio.Event()
     app = AegisMCP("timeout")
     app.workflow_engine.subscribe(
-        lambda event: rolled_back.set() if type(event).__name__ == "SagaCompensated" else None
+        lambda event: rolled_back.set() if type(event).__name__ == "SagaRolledBackEvent" else None
     )
 
     @app.workflow()

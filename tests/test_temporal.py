@@ -196,7 +196,7 @@ async def test_a_compensation_that_fails_twice_then_succeeds(client: Client) -> 
         ("CompensationFailed", "flight"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     attempts = [getattr(e, "attempt", None) for e in run.events if outline(e)[0].startswith("Compensation")]
     assert attempts == [1, 1, 2, 2, 3, 3]
@@ -217,7 +217,7 @@ async def test_a_step_past_the_deadline_rolls_back_with_step_timed_out(client: C
         ("StepTimedOut", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert run.report.failure_kind is FailureKind.TIMEOUT
     assert run.report.cause is not None
@@ -243,7 +243,7 @@ async def test_in_doubt_steps_are_compensated_after_an_error_but_not_after_a_too
         ("CompensationSucceeded", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     (hotel_ctx,) = calls.contexts("compensate", "hotel")
     assert dict(hotel_ctx.metadata) == {"flight_id": "FLIGHT-0"}  # what the hotel step was given
@@ -256,7 +256,7 @@ async def test_in_doubt_steps_are_compensated_after_an_error_but_not_after_a_too
         ("StepFailed", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert run.report.cause is not None
     assert run.report.cause.type == "ToolError"
@@ -293,7 +293,7 @@ async def test_cancelling_the_caller_rolls_back_then_raises_cancellation(client:
         ("CompensationSucceeded", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert getattr(capture.events[4], "kind", None) is FailureKind.CANCELLED
     assert calls.trail()[-2:] == [("compensate", "hotel"), ("compensate", "flight")]
@@ -313,7 +313,7 @@ async def test_a_workflow_cancelled_from_outside_rolls_back_and_reports_it(clien
         ("StepFailed", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert isinstance(run.error, SagaCancelled)
     assert run.report.failure_kind is FailureKind.CANCELLED
@@ -354,7 +354,7 @@ async def test_a_workflow_cancelled_during_its_rollback_still_finishes_every_com
         ("CompensationSucceeded", "hotel"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert [entry[:2] for entry in calls.log[-2:]] == [("compensate", "hotel"), ("compensate", "flight")]
     # The caller learns that the workflow was cancelled, and what the rollback undid.

@@ -127,7 +127,7 @@ async def test_a_worker_killed_mid_step_is_replaced_and_the_saga_ends_exactly_on
             ("CompensationSucceeded", "ReserveHotel"),
             ("CompensationStarted", "BookFlight"),
             ("CompensationSucceeded", "BookFlight"),
-            ("SagaCompensated",),
+            ("SagaRolledBackEvent",),
         ]
         assert isinstance(run.error, SagaRolledBack)
         assert state.is_empty

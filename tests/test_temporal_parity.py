@@ -93,7 +93,7 @@ async def test_a_cancelled_step_finishes_its_shielded_section_and_is_then_compen
         ("CompensationSucceeded", "charge"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert calls.trail() == [
         ("execute", "flight"),
@@ -153,7 +153,7 @@ async def test_a_cancellation_between_steps_starts_no_further_step(client: Clien
         ("StepSucceeded", "flight"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert calls.trail() == [("execute", "flight"), ("compensate", "flight")]  # nothing of the hotel's
     assert (run.report.failed_step, run.report.failure_kind) == (None, FailureKind.CANCELLED)
@@ -202,7 +202,7 @@ async def test_a_step_completing_in_the_workflow_task_of_the_cancellation_counts
         ("StepSucceeded", "flight"),
         ("CompensationStarted", "flight"),
         ("CompensationSucceeded", "flight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert calls.trail() == [("execute", "flight"), ("compensate", "flight")]
     (flight_ctx,) = calls.contexts("compensate", "flight")
@@ -245,7 +245,7 @@ async def test_a_step_left_no_time_is_not_run_failed_or_compensated_as_in_the_en
             ("StepSucceeded", "flight"),
             ("CompensationStarted", "flight"),
             ("CompensationSucceeded", "flight"),
-            ("SagaCompensated",),
+            ("SagaRolledBackEvent",),
         ]
     )
     assert remote_calls.trail() == local_calls.trail() == [("execute", "flight"), ("compensate", "flight")]
@@ -316,7 +316,7 @@ LOST_ROLLBACK = [
     ("CompensationSucceeded", "hotel"),
     ("CompensationStarted", "flight"),
     ("CompensationSucceeded", "flight"),
-    ("SagaCompensated",),
+    ("SagaRolledBackEvent",),
 ]
 
 
@@ -430,7 +430,7 @@ async def test_two_steps_of_one_name_registered_under_keys_of_their_own_run_as_i
             ("StepFailed", "flight#2"),
             ("CompensationStarted", "flight#1"),
             ("CompensationSucceeded", "flight#1"),
-            ("SagaCompensated",),
+            ("SagaRolledBackEvent",),
         ]
     )
     assert remote.report == replace(local.report, run_id=remote.run_id)

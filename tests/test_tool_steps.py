@@ -140,7 +140,7 @@ async def test_a_declined_card_leaves_the_ledger_empty() -> None:
         ("CompensationSucceeded", "ReserveHotel"),
         ("CompensationStarted", "BookFlight"),
         ("CompensationSucceeded", "BookFlight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     state = agency.state()
     assert state.is_empty
@@ -165,7 +165,7 @@ async def test_a_hotel_slower_than_the_deadline_leaves_the_ledger_empty() -> Non
         ("CompensationSucceeded", "ReserveHotel"),
         ("CompensationStarted", "BookFlight"),
         ("CompensationSucceeded", "BookFlight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert agency.state().is_empty
 
@@ -204,7 +204,7 @@ async def test_a_compensation_that_fails_twice_then_succeeds_leaves_the_ledger_e
         ("CompensationSucceeded", "ReserveHotel"),
         ("CompensationStarted", "BookFlight"),
         ("CompensationSucceeded", "BookFlight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     failures = [e for e in events if isinstance(e, CompensationFailed)]
     assert [(e.attempt, str(e.error), e.will_retry) for e in failures] == [
@@ -327,7 +327,7 @@ async def test_an_arguments_function_that_returns_no_mapping_refuses_without_cal
         ("SagaStarted",),
         ("StepStarted", "Fly"),
         ("StepFailed", "Fly"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
     assert (agency.state().is_empty, agency.state().cancellations) == (True, 0)
 

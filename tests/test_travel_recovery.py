@@ -77,7 +77,7 @@ async def test_a_killed_travel_agent_rolls_the_trip_back_when_it_starts_again(tm
         ("CompensationSucceeded", "ReserveHotel"),
         ("CompensationStarted", "BookFlight"),
         ("CompensationSucceeded", "BookFlight"),
-        ("SagaCompensated",),
+        ("SagaRolledBackEvent",),
     ]
 
 

@@ -19,8 +19,8 @@ from aegis_nb.saga.events import (
     CompensationStarted,
     CompensationSucceeded,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepFailed,
@@ -283,7 +283,7 @@ class SequenceBuilder:
     def _committed(self, event: SagaCommitted) -> None:
         self._status = SagaStatus.COMMITTED
 
-    def _rolled_back(self, event: SagaCompensated | SagaStuck) -> None:
+    def _rolled_back(self, event: SagaRolledBackEvent | SagaStuck) -> None:
         self._enter_rollback()
         self._report = event.report
         self._status = SagaStatus.STUCK if isinstance(event, SagaStuck) else SagaStatus.ROLLED_BACK
@@ -332,7 +332,7 @@ _FOLDERS: dict[type, Callable[[SequenceBuilder, Any], None]] = {
     CompensationSucceeded: SequenceBuilder._compensation_succeeded,
     CompensationFailed: SequenceBuilder._compensation_failed,
     SagaCommitted: SequenceBuilder._committed,
-    SagaCompensated: SequenceBuilder._rolled_back,
+    SagaRolledBackEvent: SequenceBuilder._rolled_back,
     SagaStuck: SequenceBuilder._rolled_back,
 }
 """How each event type after `SagaStarted` is folded (a dict lookup beats a chain of isinstance)."""

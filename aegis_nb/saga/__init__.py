@@ -4,7 +4,9 @@ The durable journal's names (`SqliteJournal`, the journal errors, `read_runs`, .
 `aegis_nb.saga.durable` on first use, so importing the saga layer opens no ``sqlite3``.
 """
 
-from typing import TYPE_CHECKING, Any
+import warnings
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
 
 from aegis_nb.saga.definition import SagaEntry, Step, StepSpec, normalize_saga
 from aegis_nb.saga.engine import WorkflowEngine, run_observers, saga_name
@@ -15,8 +17,8 @@ from aegis_nb.saga.events import (
     CompensationSucceeded,
     EventBase,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepEvent,
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
         read_run,
         read_runs,
     )
+    from aegis_nb.saga.events import SagaRolledBackEvent as SagaCompensated  # noqa: F401  (RENAMED)
 
 DURABLE_NAMES = frozenset(
     {
@@ -72,8 +75,18 @@ DURABLE_NAMES = frozenset(
 """The names this package gives from `aegis_nb.saga.durable`, imported when one is first asked for."""
 
 
+RENAMED: Final = MappingProxyType({"SagaCompensated": "SagaRolledBackEvent"})
+"""Names of 0.1.0 still given, with a `DeprecationWarning`, under their new names: users' sinks match
+on the event classes. (Journals need no alias here: their decoder reads the old names itself.)"""
+
+
 def __getattr__(name: str) -> Any:
-    """Load the durable journal (and ``sqlite3``) when one of its names is first asked for."""
+    """Load the durable journal (and ``sqlite3``) when one of its names is first asked for; give a
+    renamed name with a warning."""
+    if name in RENAMED:
+        new = RENAMED[name]
+        warnings.warn(f"{name} is renamed {new}; the old name will go", DeprecationWarning, stacklevel=2)
+        return globals()[new]
     if name not in DURABLE_NAMES:
         raise AttributeError(f"module 'aegis_nb.saga' has no attribute {name!r}")
     import importlib
@@ -105,9 +118,9 @@ __all__ = [
     "RetryPolicy",
     "RunInfo",
     "SagaCommitted",
-    "SagaCompensated",
     "SagaEntry",
     "SagaEvent",
+    "SagaRolledBackEvent",
     "SagaRun",
     "SagaStarted",
     "SagaStuck",

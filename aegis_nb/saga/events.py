@@ -110,8 +110,12 @@ class SagaCommitted(EventBase):
 
 
 @record
-class SagaCompensated(EventBase):
-    """The run failed and every completed step was compensated."""
+class SagaRolledBackEvent(EventBase):
+    """The run failed and every completed step was compensated: it ended rolled back.
+
+    Named for the status it leaves (`SagaStatus.ROLLED_BACK`); `SagaRolledBack` is the error the caller
+    gets. Called ``SagaCompensated`` in 0.1.0: journals hold that name, and decode it as this.
+    """
 
     saga: str
     duration: float
@@ -137,7 +141,7 @@ SagaEvent: TypeAlias = (
     | CompensationSucceeded
     | CompensationFailed
     | SagaCommitted
-    | SagaCompensated
+    | SagaRolledBackEvent
     | SagaStuck
 )
 """Every event a run can emit."""
@@ -152,8 +156,8 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     CompensationSucceeded,
     CompensationFailed,
     SagaCommitted,
-    SagaCompensated,
+    SagaRolledBackEvent,
     SagaStuck,
 )
 
-FINAL_EVENT_TYPES: tuple[type[EventBase], ...] = (SagaCommitted, SagaCompensated, SagaStuck)
+FINAL_EVENT_TYPES: tuple[type[EventBase], ...] = (SagaCommitted, SagaRolledBackEvent, SagaStuck)

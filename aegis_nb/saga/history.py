@@ -15,8 +15,8 @@ from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationSucceeded,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepFailed,
@@ -55,7 +55,7 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
                 failures.append(CompensationFailure(event.step, event.attempt, event.error))
             case SagaCommitted():
                 status = SagaStatus.COMMITTED
-            case SagaCompensated() | SagaStuck():
+            case SagaRolledBackEvent() | SagaStuck():
                 status = SagaStatus.STUCK if isinstance(event, SagaStuck) else SagaStatus.ROLLED_BACK
                 if failed is None:
                     # Failed between steps (a sink or journal error): only the final report knows why.

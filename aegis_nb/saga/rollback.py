@@ -37,7 +37,7 @@ from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,
     CompensationSucceeded,
-    SagaCompensated,
+    SagaRolledBackEvent,
     SagaStuck,
 )
 from aegis_nb.saga.history import fold_report
@@ -94,7 +94,7 @@ async def conclude_rollback(
     stuck = bool(folded.compensation_failures)
     status = SagaStatus.STUCK if stuck else SagaStatus.ROLLED_BACK
     report = dataclasses.replace(folded, status=status, failure_kind=kind, cause=cause)
-    final = SagaStuck if stuck else SagaCompensated
+    final = SagaStuck if stuck else SagaRolledBackEvent
     duration = recorder.clock() - started
     await recorder.record(final(*recorder.header(), saga=saga, duration=duration, report=report))
     return report

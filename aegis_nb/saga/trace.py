@@ -15,8 +15,8 @@ from aegis_nb.saga.events import (
     CompensationStarted,
     CompensationSucceeded,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepFailed,
@@ -62,7 +62,7 @@ def describe(event: SagaEvent) -> str:
             return f"  !! {_flat(event.step)} compensation failed: {_flat(event.error)} ({then})"
         case SagaCommitted():
             return f"saga {_flat(event.saga)} committed in {_ms(event.duration)}"
-        case SagaCompensated():
+        case SagaRolledBackEvent():
             summary = _flat(event.report.summary())
             return f"saga {_flat(event.saga)} rolled back in {_ms(event.duration)}: {summary}"
         case SagaStuck():

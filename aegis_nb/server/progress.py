@@ -26,8 +26,8 @@ from aegis_nb.saga.events import (
     CompensationStarted,
     CompensationSucceeded,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepEvent,
@@ -110,7 +110,7 @@ def _words(event: SagaEvent, total_steps: int) -> str:
             return f"{event.saga} started: {' -> '.join(event.steps)}"
         case SagaCommitted():
             return f"{event.saga} committed"
-        case SagaCompensated():
+        case SagaRolledBackEvent():
             return f"{event.saga} rolled back: {event.report.summary()}"
         case SagaStuck():
             return f"{event.saga} STUCK: {event.report.summary()}"

@@ -22,7 +22,7 @@ from typing_extensions import TypedDict
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.report import SagaReport, SagaStatus
-from aegis_nb.saga.events import SagaCommitted, SagaCompensated, SagaEvent, SagaStarted, StepSucceeded
+from aegis_nb.saga.events import SagaCommitted, SagaEvent, SagaRolledBackEvent, SagaStarted, StepSucceeded
 
 REFUSED_META_KEY: Final = "aegis-nb/refused"
 """``_meta`` key of an error result (value ``true``): the call did nothing, so there is nothing to
@@ -167,7 +167,7 @@ def failed_result(report: SagaReport, events: Sequence[SagaEvent], duration: flo
 def _all_rolled_back(events: Sequence[SagaEvent]) -> bool:
     """Whether every saga the request started ended rolled back (so nothing it did is left standing)."""
     started = {e.run_id for e in events if type(e) is SagaStarted}
-    return started <= {e.run_id for e in events if type(e) is SagaCompensated}
+    return started <= {e.run_id for e in events if type(e) is SagaRolledBackEvent}
 
 
 def error_result(text: str, *, refused: bool, structured: dict[str, Any] | None = None) -> CallToolResult:

@@ -47,7 +47,7 @@ from aegis_nb.saga.definition import normalize_saga
 from aegis_nb.saga.durable.codec import event_from_json
 from aegis_nb.saga.durable.locator import StepResolver
 from aegis_nb.saga.engine import DEFAULT_COMPENSATION_BUDGET, run_observers, saga_name
-from aegis_nb.saga.events import SagaCommitted, SagaCompensated, SagaEvent, SagaStuck
+from aegis_nb.saga.events import SagaCommitted, SagaEvent, SagaRolledBackEvent, SagaStuck
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
@@ -306,7 +306,7 @@ def _run_from(outcome: Mapping[str, Any], *, cancelled: bool) -> SagaRun:
         local = convert_deadline(context.deadline, source=wall_clock, target=loop_clock())
         final = context.with_budget(local)  # the same moment, on this process's clock
         return SagaRun(events, final, None)
-    if not isinstance(last, SagaCompensated | SagaStuck):
+    if not isinstance(last, SagaRolledBackEvent | SagaStuck):
         raise ValueError(f"the saga workflow ended on {type(last).__name__}, not on a final event")
     report = last.report
     error_type: type[SagaFailed] = (

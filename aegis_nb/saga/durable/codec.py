@@ -28,12 +28,15 @@ from aegis_nb.kernel.report import (
     SagaStatus,
 )
 from aegis_nb.kernel.values import REDACTED, FrozenDict, Secret
-from aegis_nb.saga.events import EVENT_TYPES, SagaEvent
+from aegis_nb.saga.events import EVENT_TYPES, SagaEvent, SagaRolledBackEvent
 
 SCHEMA_VERSION: Final = 1
 """The version written into every record and into the journal file; readers refuse newer ones."""
 
-_EVENTS: Final = MappingProxyType({cls.__name__: cls for cls in EVENT_TYPES})
+_EVENTS: Final = MappingProxyType(
+    # 0.1.0's name for SagaRolledBackEvent: journals written by it hold "SagaCompensated".
+    {cls.__name__: cls for cls in EVENT_TYPES} | {"SagaCompensated": SagaRolledBackEvent}
+)
 
 JSONPath = tuple[str | int, ...]
 

@@ -55,8 +55,8 @@ from aegis_nb.saga.durable.store import EventRow, JournalFile, NewRun, RecoveryM
 from aegis_nb.saga.events import (
     CompensationStarted,
     SagaCommitted,
-    SagaCompensated,
     SagaEvent,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepFailed,
@@ -70,7 +70,7 @@ _STATUS: Mapping[type, SagaStatus] = {
     StepTimedOut: SagaStatus.COMPENSATING,
     CompensationStarted: SagaStatus.COMPENSATING,
     SagaCommitted: SagaStatus.COMMITTED,
-    SagaCompensated: SagaStatus.ROLLED_BACK,
+    SagaRolledBackEvent: SagaStatus.ROLLED_BACK,
     SagaStuck: SagaStatus.STUCK,
 }
 _new_event_row = builder(EventRow)  # two rows per step: the fast constructor

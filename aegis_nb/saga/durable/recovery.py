@@ -8,7 +8,7 @@ engine, nothing is in doubt (the journal keeps that as the error's ``refused`` f
 the journal shows as finished are skipped, and ones the live run already gave up on stay given up.
 A step in flight without an outcome gets a `StepFailed` (kind ``interrupted``) first, so the history
 says what happened. Then the shared `roll_back` runs, with the engine's retry policy and budget,
-emitting the same events as a live rollback; the run ends `SagaCompensated`, or `SagaStuck` when a
+emitting the same events as a live rollback; the run ends `SagaRolledBackEvent`, or `SagaStuck` when a
 compensation still fails. Stuck stays stuck.
 
 Compensations may run twice across crashes (at-least-once): each gets the same idempotency key as
@@ -43,7 +43,7 @@ from aegis_nb.saga.durable.runs import JournaledRun, StepRecord
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationSucceeded,
-    SagaCompensated,
+    SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
     StepFailed,
@@ -295,7 +295,7 @@ async def _finish(
             compensated=(*plan.compensated, *result.compensated),
             compensation_failures=failures,
         )
-        final = SagaStuck if failures else SagaCompensated
+        final = SagaStuck if failures else SagaRolledBackEvent
         await recorder.emit(final, plan.saga, clock() - started, report)
         return report
 
