@@ -38,6 +38,8 @@ from aegis_nb import (
 )
 from aegis_nb.kernel.report import CompensationFailure, ErrorInfo, FailureKind, SagaReport, SagaStatus
 from aegis_nb.saga.durable import SqliteJournal, plan_recovery, read_run, read_runs
+from aegis_nb.saga.durable.locator import LocatorKind, StepLocator
+from aegis_nb.saga.durable.steprecord import StepRecord
 from tests.golden.schema_1_steps import Pay, PaymentClient
 
 GOLDEN = Path(__file__).parent / "golden" / "journal-schema-1.db"
@@ -235,6 +237,46 @@ def test_the_listing_shows_every_run_with_its_status_and_recoveries(golden: Path
         ("r4-recovered", SAGA, SagaStatus.ROLLED_BACK, 9, 1),
         ("r5-unfinished", SAGA, SagaStatus.RUNNING, 6, 0),
     ]
+
+
+def test_every_run_row_reads_as_step_records_of_each_locator_kind(golden: Path) -> None:
+    # Schema 1 left a step's index to its place and kept no options: they read as None, and
+    # recovery takes them from the rebuilt step.
+    steps = (
+        StepRecord(
+            0,
+            "Pay",
+            StepLocator(LocatorKind.NAME, "payments", {}),
+            ("card-1",),
+            {"amount": 120},
+            None,
+            None,
+            False,
+        ),
+        StepRecord(
+            1,
+            "reserve_seat",
+            StepLocator(LocatorKind.OBJECT, "tests.golden.schema_1_steps:reserve_seat", {}),
+            ("12A",),
+            {},
+            None,
+            None,
+            False,
+        ),
+        StepRecord(
+            2,
+            "BookHotel",
+            StepLocator(
+                LocatorKind.CLASS, "tests.golden.schema_1_steps:BookHotel", {"city": "Oslo", "nights": 2}
+            ),
+            (),
+            {},
+            None,
+            None,
+            True,
+        ),
+    )
+    assert [read_run(golden, run.run_id).steps for run in RUNS] == [steps] * len(RUNS)
 
 
 @pytest.mark.parametrize("expected", RUNS, ids=[run.run_id for run in RUNS])

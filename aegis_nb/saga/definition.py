@@ -22,11 +22,12 @@ import inspect
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import chain, count, repeat
 from operator import attrgetter
 from types import FunctionType, MappingProxyType
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError
@@ -46,13 +47,17 @@ SagaEntry = Step | tuple[Step, Sequence[Any], Mapping[str, Any]]
 """One entry of a saga list: a bare step or ``(step, args, kwargs)``."""
 
 
-class StepSpec(NamedTuple):
-    """A validated saga entry: the step, its arguments, and its resolved options.
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """A checked saga entry, as the engine runs it: its place, its unique name, the live step object,
+    its arguments and its resolved options (`retry` None: the engine's policy).
 
-    A named tuple rather than a dataclass: one is built per step per run, and this is 3x cheaper.
+    Live: `step` is the object itself, so a spec never leaves the process. What crosses into a
+    journal or a Temporal history is a `StepRecord` (``saga.durable.steprecord``), which names the
+    step by its locator instead.
     """
 
-    index: int  # type: ignore[assignment]  # shadows tuple.index, which nothing here uses
+    index: int
     name: str
     step: Any
     args: tuple[Any, ...]
@@ -108,11 +113,8 @@ def _plain_specs(steps: Sequence[Any]) -> tuple[StepSpec, ...]:
     """Specs of bare steps whose classes were checked and whose options are all defaults."""
     names = list(map(_class_name, map(type, steps)))
     _make_unique(names)
-    # tuple.__new__ skips StepSpec's Python-level __new__: a third of the cost of building one.
-    fields = zip(
-        count(), names, steps, repeat(_NO_ARGS), repeat(_NO_KWARGS), repeat(None), repeat(None), repeat(False)
-    )
-    return tuple(map(_new_tuple, repeat(StepSpec), fields))
+    options = repeat(_NO_ARGS), repeat(_NO_KWARGS), repeat(None), repeat(None), repeat(False)
+    return tuple(map(StepSpec, count(), names, steps, *options))
 
 
 def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) -> tuple[StepSpec, ...]:
@@ -143,7 +145,7 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
                     mismatch = _class_mismatch(cls, len(args), tuple(kwargs))
                     if mismatch is not None:
                         raise SagaDefinitionError(f"{_where(index, cls.__name__)}: {mismatch}")
-                    spec = _new_tuple(StepSpec, (index, cls.__name__, step, args, kwargs, None, None, False))
+                    spec = StepSpec(index, cls.__name__, step, args, kwargs, None, None, False)
                 else:
                     spec = _resolve(index, step, args, kwargs, own.get, methods_checked=True)
             else:
@@ -156,11 +158,10 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
                 f"{type(exc).__name__} (see the cause above)"
             ) from exc
         specs.append(spec)
-        names.append(spec[1])
+        names.append(spec.name)
     if len(set(names)) != len(names):
         _make_unique(names)
-        renamed = zip(specs, names, strict=True)
-        specs = [_new_tuple(StepSpec, (spec[0], name, *spec[2:])) for spec, name in renamed]
+        specs = [replace(spec, name=name) for spec, name in zip(specs, names, strict=True)]
     return tuple(specs)
 
 
@@ -195,7 +196,6 @@ def _make_unique(names: list[str]) -> None:
             taken.add(names[position])
 
 
-_new_tuple = tuple.__new__
 _class_name = attrgetter("__name__")
 _is_str = str.__instancecheck__
 _NO_ARGS: tuple[Any, ...] = ()
@@ -250,7 +250,7 @@ def _resolve(
     in_doubt = option("in_doubt", False)
     if in_doubt is not False and in_doubt is not True:
         raise SagaDefinitionError(f"{_where(index, name)}: in_doubt must be a bool, got {in_doubt!r}")
-    return _new_tuple(StepSpec, (index, name, step, args, kwargs, timeout, retry, in_doubt))
+    return StepSpec(index, name, step, args, kwargs, timeout, retry, in_doubt)
 
 
 def _where(index: int, name: str) -> str:

@@ -31,52 +31,13 @@ from aegis_nb.saga.durable.codec import (
 )
 from aegis_nb.saga.durable.errors import StepNotRecoverable
 from aegis_nb.saga.durable.locator import StepLocator, StepResolver, one_object_per_registered_name
+from aegis_nb.saga.durable.steprecord import StepRecord, retry_from_json, retry_to_json
 from aegis_nb.saga.retry import RetryPolicy
 
 _HOW_TO = (
     "on Temporal, a worker rebuilds each step by name or import path: register it on both sides "
     "(saga_worker(..., steps=[...]) and TemporalSagaRunner(..., steps=[...])) or use a module-level step"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class StepPlan:
-    """One saga entry as the workflow sees it: where to find the step, its JSON arguments, its options."""
-
-    index: int
-    name: str
-    locator: StepLocator
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
-    timeout: float | None
-    retry: RetryPolicy | None
-    in_doubt: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "step": self.locator.to_json(),
-            "args": list(self.args),
-            "kwargs": dict(self.kwargs),
-            "timeout": self.timeout,
-            "retry": None if self.retry is None else retry_to_json(self.retry),
-            "in_doubt": self.in_doubt,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StepPlan:
-        retry = data["retry"]
-        return cls(
-            index=int(data["index"]),
-            name=str(data["name"]),
-            locator=StepLocator.from_json(data["step"]),
-            args=tuple(data["args"]),
-            kwargs=MappingProxyType(dict(data["kwargs"])),
-            timeout=None if data["timeout"] is None else float(data["timeout"]),
-            retry=None if retry is None else retry_from_json(retry),
-            in_doubt=bool(data["in_doubt"]),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +49,7 @@ class SagaPlan:
     """
 
     saga: str
-    steps: tuple[StepPlan, ...]
+    steps: tuple[StepRecord, ...]
     context: Mapping[str, Any]
     timeout: float | None
     compensation_budget: float
@@ -114,7 +75,7 @@ class SagaPlan:
             raise RecordError(f"saga plan of schema {data.get('v')!r}; this worker reads {SCHEMA_VERSION}")
         return cls(
             saga=str(data["saga"]),
-            steps=tuple(StepPlan.from_json(step) for step in data["steps"]),
+            steps=tuple(StepRecord.from_json(step, position) for position, step in enumerate(data["steps"])),
             context=MappingProxyType(dict(data["context"])),
             timeout=None if data["timeout"] is None else float(data["timeout"]),
             compensation_budget=float(data["compensation_budget"]),
@@ -172,31 +133,13 @@ def _mapping(data: object, what: str) -> Mapping[str, Any]:
     return data
 
 
-def retry_to_json(policy: RetryPolicy) -> dict[str, Any]:
-    return {
-        "attempts": policy.attempts,
-        "initial_delay": policy.initial_delay,
-        "multiplier": policy.multiplier,
-        "max_delay": policy.max_delay,
-    }
-
-
-def retry_from_json(data: Mapping[str, Any]) -> RetryPolicy:
-    return RetryPolicy(
-        attempts=int(data["attempts"]),
-        initial_delay=float(data["initial_delay"]),
-        multiplier=float(data["multiplier"]),
-        max_delay=float(data["max_delay"]),
-    )
-
-
-def plan_steps(saga: str, specs: Sequence[StepSpec], resolver: StepResolver) -> tuple[StepPlan, ...]:
-    """Each checked entry as a `StepPlan`; `StepNotRecoverable` naming the step a worker could not run.
+def plan_steps(saga: str, specs: Sequence[StepSpec], resolver: StepResolver) -> tuple[StepRecord, ...]:
+    """Each checked entry as a `StepRecord`; `StepNotRecoverable` naming the step a worker could not run.
 
     Two different objects located by one registered name are refused too: the worker would run the
     registered one for both entries.
     """
-    plans: list[StepPlan] = []
+    records: list[StepRecord] = []
     for spec in specs:
         where = f"saga {saga!r}, entry {spec.index} ({spec.name})"
         located = resolver.locate(spec.step)
@@ -207,26 +150,15 @@ def plan_steps(saga: str, specs: Sequence[StepSpec], resolver: StepResolver) -> 
         problem = json_problem(list(spec.args), "args") or json_problem(dict(spec.kwargs), "kwargs")
         if problem:
             raise StepNotRecoverable(f"{where}: its arguments cannot cross into Temporal history: {problem}")
-        plans.append(
-            StepPlan(
-                spec.index,
-                spec.name,
-                located,
-                spec.args,
-                MappingProxyType(dict(spec.kwargs)),
-                spec.timeout,
-                spec.retry,
-                spec.in_doubt,
-            )
-        )
+        records.append(StepRecord.of(spec, located))
     one_object_per_registered_name(
         saga,
         specs,
-        [plan.locator for plan in plans],
+        [record.locator for record in records],
         rebuilder="a Temporal worker",
         registration="saga_worker(..., steps={keys}) and TemporalSagaRunner(..., steps=the same)",
     )
-    return tuple(plans)
+    return tuple(records)
 
 
 def context_without_deadline(ctx: AegisContext) -> dict[str, Any]:
@@ -238,7 +170,7 @@ def context_without_deadline(ctx: AegisContext) -> dict[str, Any]:
 
 def restamp(ctx: AegisContext, deadline: float, run_id: str | None, index: int | None) -> AegisContext:
     """`ctx` with its deadline replaced and its idempotency key set (metadata untouched)."""
-    return AegisContext._build(ctx.metadata, deadline, run_id, index)
+    return AegisContext.from_parts(ctx.metadata, deadline=deadline, run_id=run_id, step_index=index)
 
 
 def convert_deadline(deadline: float, *, source: Callable[[], float], target: Callable[[], float]) -> float:

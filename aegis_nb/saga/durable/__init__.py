@@ -34,8 +34,9 @@ from aegis_nb.saga.durable.recovery import (
     plan_recovery,
     recover_unfinished,
 )
-from aegis_nb.saga.durable.runs import JournaledRun, StepRecord, read_events, read_run, read_runs
+from aegis_nb.saga.durable.runs import JournaledRun, read_events, read_run, read_runs
 from aegis_nb.saga.durable.startup import durable_engine, durable_lifespan
+from aegis_nb.saga.durable.steprecord import StepRecord
 from aegis_nb.saga.durable.store import RunInfo
 
 __all__ = [

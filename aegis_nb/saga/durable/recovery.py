@@ -18,6 +18,7 @@ in the live run (``run_id/position``), which is what makes that safe.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
@@ -27,25 +28,22 @@ import anyio
 from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaCompensationFailed, SagaDefinitionError, SagaFailed, SagaRolledBack
-from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import (
     CompensationFailure,
     ErrorInfo,
     FailureKind,
     SagaReport,
-    SagaStatus,
 )
 from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.saga.definition import StepSpec, normalize_saga
 from aegis_nb.saga.durable.errors import JournalError, StepNotRecoverable
 from aegis_nb.saga.durable.locator import StepResolver
-from aegis_nb.saga.durable.runs import JournaledRun, StepRecord
+from aegis_nb.saga.durable.runs import JournaledRun
+from aegis_nb.saga.durable.steprecord import StepRecord
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationSucceeded,
-    SagaRolledBackEvent,
     SagaStarted,
-    SagaStuck,
     StepFailed,
     StepStarted,
     StepSucceeded,
@@ -55,7 +53,7 @@ from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import OwedCompensation, roll_back
+from aegis_nb.saga.rollback import OwedCompensation, conclude_rollback, roll_back
 from aegis_nb.saga.sinks import SinkSet
 
 CRASH = ErrorInfo("ProcessCrashed", "the process running the saga stopped before the run finished")
@@ -104,7 +102,7 @@ class RecoveryIncomplete(JournalError):
         return RecoveryIncomplete(self.path, self.refusals, self.runs)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class RecoveryPlan:
     """What recovery will do with one run, decided from its events and step records alone.
 
@@ -163,7 +161,7 @@ def plan_recovery(run: JournaledRun) -> RecoveryPlan:
     if doubtful is not None and run.steps[doubtful].in_doubt and not refused and doubtful not in done:
         before = snapshots.get(doubtful - 1, initial)
         if before is not None:
-            owed.append((run.steps[doubtful], before._for_step(run_id, doubtful)))
+            owed.append((run.steps[doubtful], before.for_step(run_id, doubtful)))
     for index in sorted(snapshots, reverse=True):
         if index not in done:
             owed.append((run.steps[index], snapshots[index]))
@@ -236,7 +234,11 @@ async def recover_unfinished(
 
 
 def _rebuild(resolver: StepResolver, plan: RecoveryPlan) -> tuple[StepSpec, ...]:
-    """The steps `plan` owes compensations to, all rebuilt before any runs, or `StepNotRecoverable`."""
+    """The steps `plan` owes compensations to, all rebuilt before any runs, or `StepNotRecoverable`.
+
+    Each is checked as a saga entry again, and runs with the options the rebuilt step has (as a live
+    run reads them from the step; 0.1.0's journals did not keep them), under its journaled place and name.
+    """
     specs = []
     for step_record, _ in plan.owed:
         try:
@@ -247,18 +249,7 @@ def _rebuild(resolver: StepResolver, plan: RecoveryPlan) -> tuple[StepSpec, ...]
             raise StepNotRecoverable(
                 problem, run_id=plan.run_id, step=step_record.name, locator=str(step_record.locator)
             ) from exc
-        specs.append(
-            StepSpec(
-                step_record.index,
-                step_record.name,
-                spec.step,
-                spec.args,
-                spec.kwargs,
-                spec.timeout,
-                spec.retry,
-                spec.in_doubt,
-            )
-        )
+        specs.append(replace(spec, index=step_record.index, name=step_record.name))
     return tuple(specs)
 
 
@@ -279,25 +270,19 @@ async def _finish(
     async def compensate_and_report() -> SagaReport:
         if plan.interrupted is not None:
             index = plan.steps.index(plan.interrupted)
-            await recorder.emit(StepFailed, index, plan.interrupted, 0.0, FailureKind.INTERRUPTED, CRASH)
+            await recorder.record(
+                StepFailed(
+                    *recorder.header(),
+                    index=index,
+                    step=plan.interrupted,
+                    duration=0.0,
+                    kind=FailureKind.INTERRUPTED,
+                    error=CRASH,
+                )
+            )
         owed = [OwedCompensation(spec, ctx) for spec, (_, ctx) in zip(specs, plan.owed, strict=True)]
-        result = await roll_back(recorder, owed, default_retry=default_retry, budget=budget)
-        failures = (*plan.given_up, *result.failures)
-        report = SagaReport(
-            run_id=run.run_id,
-            saga=plan.saga,
-            status=SagaStatus.STUCK if failures else SagaStatus.ROLLED_BACK,
-            steps=plan.steps,
-            succeeded=plan.succeeded,
-            failed_step=plan.failed,
-            failure_kind=plan.kind,
-            cause=plan.cause,
-            compensated=(*plan.compensated, *result.compensated),
-            compensation_failures=failures,
-        )
-        final = SagaStuck if failures else SagaRolledBackEvent
-        await recorder.emit(final, plan.saga, clock() - started, report)
-        return report
+        await roll_back(recorder, owed, default_retry=default_retry, budget=budget)
+        return await conclude_rollback(recorder, plan.saga, started, plan.kind, plan.cause)
 
     # Shielded as a live rollback is, against asyncio's native cancellation too.
     try:

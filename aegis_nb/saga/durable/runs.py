@@ -4,45 +4,23 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
 
 from aegis_nb.kernel.printable import printable_line
-from aegis_nb.kernel.records import record
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.kernel.text import counted
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.codec import SCHEMA_VERSION, RecordError, decode_event, dumps, loads
 from aegis_nb.saga.durable.errors import JournalCorrupt, JournalTooNew
 from aegis_nb.saga.durable.locator import StepLocator
+from aegis_nb.saga.durable.steprecord import StepRecord
 from aegis_nb.saga.durable.store import RunInfo, StoredRun, reading
 from aegis_nb.saga.events import SagaEvent
 
 
-@record
-class StepRecord:
-    """What recovery needs to rebuild one step of a run: where to find it and its JSON arguments."""
-
-    index: int
-    name: str
-    locator: StepLocator
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
-    in_doubt: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "locator": self.locator.to_json(),
-            "args": list(self.args),
-            "kwargs": dict(self.kwargs),
-            "in_doubt": self.in_doubt,
-        }
-
-
-@record
+@dataclass(frozen=True, slots=True)
 class JournaledRun:
     """One run as the journal holds it: saga name, last status, step records and events, in order."""
 
@@ -54,11 +32,8 @@ class JournaledRun:
 
 
 def encode_steps(specs: tuple[StepSpec, ...], locators: tuple[StepLocator, ...]) -> str:
-    """The run row's step column: versioned JSON of every step's locator and arguments."""
-    steps = [
-        StepRecord(s.index, s.name, loc, s.args, s.kwargs, s.in_doubt).to_json()
-        for s, loc in zip(specs, locators, strict=True)
-    ]
+    """The run row's step column: versioned JSON of every step's record (locator, arguments, options)."""
+    steps = [StepRecord.of(spec, locator).to_json() for spec, locator in zip(specs, locators, strict=True)]
     return dumps({"v": SCHEMA_VERSION, "steps": steps})
 
 
@@ -91,25 +66,10 @@ def _decode_steps(path: Path, run_id: str, text: str) -> tuple[StepRecord, ...]:
         raw = data.get("steps")
         if not isinstance(raw, list):
             raise RecordError("no list of steps")
-        return tuple(_step(i, item) for i, item in enumerate(raw))
+        return tuple(StepRecord.from_json(item, position) for position, item in enumerate(raw))
     except RecordError as exc:
         error = JournalTooNew if exc.too_new else JournalCorrupt
         raise error(path, str(exc), record=where) from None
-
-
-def _step(index: int, item: object) -> StepRecord:
-    if not isinstance(item, dict):
-        raise RecordError(f"step {index} is not a JSON object")
-    name, args, kwargs, in_doubt = (item.get(k) for k in ("name", "args", "kwargs", "in_doubt"))
-    if not (
-        isinstance(name, str)
-        and isinstance(args, list)
-        and isinstance(kwargs, dict)
-        and isinstance(in_doubt, bool)
-    ):
-        raise RecordError(f"step {index} is malformed: {item!r}")
-    locator = StepLocator.from_json(item.get("locator"))
-    return StepRecord(index, name, locator, tuple(args), MappingProxyType(kwargs), in_doubt)
 
 
 def runs_table(runs: Sequence[RunInfo]) -> list[str]:
