@@ -552,3 +552,17 @@ async def test_an_empty_file_is_refused_not_set_up(tmp_path: Path) -> None:
     with pytest.raises(JournalCorrupt, match=r"is empty \(0 bytes\)"):
         await SqliteJournal(path).open()
     assert path.stat().st_size == 0
+
+
+# Regression guard: the writer lock holds a journal opened through a symlink to its target.
+@pytest.mark.anyio
+async def test_a_journal_opened_through_a_symlink_is_in_use_while_its_target_is_open(tmp_path: Path) -> None:
+    # The lock file was named after the path given, so a second writer (which would recover the
+    # first's live runs) got in through any symlink to the journal.
+    target = tmp_path / "runs.db"
+    link = tmp_path / "link.db"
+    async with SqliteJournal(target):
+        link.symlink_to(target)
+        with pytest.raises(JournalInUse) as refused:
+            await SqliteJournal(link).open()
+    assert str(refused.value) == f"journal {str(link)!r}: another process holds {target}.lock"

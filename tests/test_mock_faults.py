@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from aegis_nb.kernel.errors import ToolError
+from aegis_nb.mock import TravelAgency
 from aegis_nb.mock.faults import FaultOutcome, FaultPlan, FaultPlanError, FaultState, Latency, ToolFaults
 
 
@@ -196,3 +198,27 @@ def test_a_fault_plan_is_an_immutable_hashable_value() -> None:
         "book_flight": ToolFaults(fail_next=1),
     }
     assert plan.tools == {"charge_card": ToolFaults(declined=True)}
+
+
+# Regression guard: set_tool_faults on one tool leaves another's call count and seeded generator alone.
+@pytest.mark.anyio
+async def test_changing_one_tools_faults_keeps_the_count_of_another() -> None:
+    agency = TravelAgency(faults=FaultPlan({"cancel_hotel": ToolFaults(fail_next=2)}))
+    outcomes: list[str] = []
+    async with agency.connect() as session:
+        await session.call_tool("reserve_hotel", {"city": "Lisbon", "nights": 1})
+
+        async def cancel() -> None:
+            try:
+                result = await session.call_tool("cancel_hotel", {"booking_id": "HT-0001"})
+                outcomes.append(f"changed={result['changed']}")
+            except ToolError as exc:
+                outcomes.append(exc.message)
+
+        await cancel()
+        agency.set_tool_faults("charge_card", ToolFaults(declined=True))
+        await cancel()
+        await cancel()
+    failed = "cancel_hotel is unavailable (injected failure)"
+    assert outcomes == [failed, failed, "changed=True"]
+    assert agency.faults.to_json() == {"cancel_hotel": {"fail_next": 2}, "charge_card": {"declined": True}}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from aegis_nb.mock.ledger import (
     LedgerState,
     Undo,
 )
+from aegis_nb.saga.durable import SqliteJournal
 
 
 def test_booking_twice_with_one_key_returns_the_same_booking() -> None:
@@ -231,3 +234,77 @@ def test_a_ledger_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
     ledger.close()
 
     assert modes == {"ledger.db": 0o600, "ledger.db-wal": 0o600, "ledger.db-shm": 0o600}
+
+
+# -- the ledger's file -----------------------------------------------------------------------------
+
+
+def tables(path: Path) -> list[str]:
+    with sqlite3.connect(path) as db:
+        return sorted(name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+
+
+# Regression guard: a ledger refuses another application's database and leaves it untouched.
+def test_a_ledger_refuses_another_applications_database_and_leaves_it_untouched(tmp_path: Path) -> None:
+    # It used to add its tables (and switch the file to WAL); a `bookings` table of the other
+    # application's then failed every call with sqlite3.OperationalError instead.
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE bookings (id INTEGER PRIMARY KEY, guest TEXT)")
+    before = path.read_bytes()
+    with pytest.raises(LedgerError) as refused:
+        Ledger(path)
+    assert str(refused.value) == (
+        f"cannot open {str(path)!r} as a ledger: it holds another application's tables (bookings); "
+        "give the ledger a file of its own"
+    )
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+# Regression guard: a ledger refuses a saga journal.
+@pytest.mark.anyio
+async def test_a_ledger_refuses_a_saga_journal(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with SqliteJournal(path):
+        pass
+    with pytest.raises(LedgerError) as refused:
+        Ledger(path)
+    assert str(refused.value) == (
+        f"cannot open {str(path)!r} as a ledger: it is an aegis_nb saga journal; "
+        "give the ledger a file of its own"
+    )
+    assert tables(path) == ["events", "runs"]
+
+
+# Regression guard: a ledger written before ledgers were stamped still opens.
+def test_a_ledger_written_before_ledgers_were_stamped_still_opens(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with closing(Ledger(path)) as ledger:
+        ledger.book(BookingKind.FLIGHT, "Oslo", "AE101", 20_000)
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA application_id = 0")  # as earlier versions left the file
+    with closing(Ledger(path)) as reopened:
+        assert [b.id for b in reopened.state().flights] == ["FL-0001"]
+    assert tables(path) == ["bookings", "charges", "sqlite_sequence", "voided_keys"]
+
+
+# Regression guard: an amount that is not whole cents is refused, and the ledger stays readable.
+def test_amounts_that_are_not_whole_cents_are_refused_and_the_ledger_stays_readable() -> None:
+    # 10.5 cents was stored as it was, and every later state() raised ValueError.
+    ledger = Ledger()
+    refusals = []
+    for act in (
+        lambda: ledger.charge(10.5, "4242"),  # type: ignore[arg-type]
+        lambda: ledger.book(BookingKind.HOTEL, "Rome", "Hotel Rome", 9_000, nights=1.5),  # type: ignore[arg-type]
+        lambda: ledger.book(BookingKind.FLIGHT, "Rome", "AE1", True),
+    ):
+        with pytest.raises(LedgerError) as refused:
+            act()
+        refusals.append(str(refused.value))
+    assert refusals == [
+        "a charge must be an int, got 10.5",
+        "a stay's nights must be an int, got 1.5",
+        "a booking's price must be an int, got True",
+    ]
+    assert ledger.state().is_empty

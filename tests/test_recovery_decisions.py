@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import pytest
 
 from aegis_nb import AegisContext, RetryPolicy, WorkflowEngine
@@ -28,10 +29,13 @@ from aegis_nb.saga.durable import (
     StepNotRecoverable,
     plan_recovery,
     read_run,
+    read_runs,
 )
 from aegis_nb.saga.durable.codec import RecordError, decode_event
 from aegis_nb.saga.durable.eventtext import encode_event
-from aegis_nb.saga.events import SagaRolledBackEvent, StepFailed
+from aegis_nb.saga.events import SagaCommitted, SagaRolledBackEvent, StepFailed
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.testing import outline
 from tests.durable_support import Act, Crash, CrashingJournal, World
 
 pytestmark = pytest.mark.anyio
@@ -263,3 +267,83 @@ async def test_one_object_used_twice_and_a_fresh_instance_are_still_found_by_nam
         (run,) = await WorkflowEngine(journal=restarted).recover()
     assert run.report.compensated == ("Reserve#2", "Reserve#1")
     assert log.calls == [("Ritz", f"{RUN}/1"), ("Ritz", f"{RUN}/0")]
+
+
+# -- recovery beside live runs and beside another recovery -----------------------------------------
+
+
+def statuses(path: Path) -> dict[SagaStatus, int]:
+    counts: dict[SagaStatus, int] = {}
+    for info in read_runs(path):
+        counts[info.status] = counts.get(info.status, 0) + 1
+    return counts
+
+
+# Regression guard: a recovery beside live runs never undoes a live or committed run.
+@pytest.mark.anyio
+async def test_recovering_while_sagas_commit_never_undoes_a_live_or_committed_run(tmp_path: Path) -> None:
+    # A recovery read a run as unfinished, the run then committed, and the recovery undid it: the
+    # journal showed SagaCommitted followed by compensations, while the caller had its success.
+    path = tmp_path / "runs.db"
+    world = World()
+    steps = [Act(world, "A"), Act(world, "B")]
+    recovered: list[SagaRun] = []
+    async with SqliteJournal(path, steps=steps) as journal:
+        engine = WorkflowEngine(journal=journal, compensation_retry=FAST)
+
+        async def recover_again_and_again() -> None:
+            for _ in range(50):
+                recovered.extend(await engine.recover())
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(recover_again_and_again)
+            for _ in range(50):
+                group.start_soon(engine.execute_saga, [(s, (), {}) for s in steps], AegisContext())
+    assert recovered == []
+    assert statuses(path) == {SagaStatus.COMMITTED: 50}
+    assert (len(world.live), world.undo_calls) == (100, {})
+    for info in read_runs(path):
+        events = read_run(path, info.run_id).events
+        assert isinstance(events[-1], SagaCommitted)
+
+
+async def crashed_runs(path: Path, world: World, steps: list[Act], count: int) -> None:
+    """`count` runs whose process died after their second step succeeded (before the third began)."""
+    for number in range(count):
+        journal = CrashingJournal(SqliteJournal(path, steps=steps), crash_at=5)
+        engine = WorkflowEngine(journal=journal, compensation_retry=FAST)
+        with pytest.raises(Crash):
+            await engine.run_saga([(s, (), {}) for s in steps], name="trip", run_id=f"run{number:02}")
+
+
+# Regression guard: two recoveries at once undo each crashed run exactly once.
+@pytest.mark.anyio
+async def test_two_recoveries_at_once_undo_each_crashed_run_exactly_once(tmp_path: Path) -> None:
+    # Both recoveries took every run: each step was undone twice and the second recovery's events
+    # collided with the first's (UNIQUE constraint), leaving runs unfinished or the recovery failed.
+    path = tmp_path / "runs.db"
+    world = World()
+    steps = [Act(world, "A"), Act(world, "B"), Act(world, "C")]
+    await crashed_runs(path, world, steps, 40)
+    results: list[tuple[str, ...]] = []
+    async with SqliteJournal(path, steps=steps) as journal:
+        engine = WorkflowEngine(journal=journal, compensation_retry=FAST)
+
+        async def recover() -> None:
+            results.append(tuple(run.run_id for run in await engine.recover()))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(recover)
+            group.start_soon(recover)
+    assert sorted(results) == [(), tuple(f"run{n:02}" for n in range(40))]
+    keys = {f"run{n:02}/{i}" for n in range(40) for i in (0, 1)}
+    assert (world.live, world.undo_calls, world.undos) == ({}, dict.fromkeys(keys, 1), dict.fromkeys(keys, 1))
+    assert statuses(path) == {SagaStatus.ROLLED_BACK: 40}
+    assert [info.recoveries for info in read_runs(path)] == [1] * 40
+    assert [outline(e) for e in read_run(path, "run00").events[5:]] == [
+        ("CompensationStarted", "B"),
+        ("CompensationSucceeded", "B"),
+        ("CompensationStarted", "A"),
+        ("CompensationSucceeded", "A"),
+        ("SagaRolledBackEvent",),
+    ]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from aegis_nb.cli import main
+from tests.servers.launch import aegis_nb
 
 
 @pytest.mark.parametrize(
@@ -44,3 +47,53 @@ def test_an_unknown_transport_is_refused_by_the_parser(capsys: pytest.CaptureFix
     with pytest.raises(SystemExit):
         main(["serve", "x:y", "--transport", "pigeon"])
     assert "invalid choice: 'pigeon' (choose from 'stdio', 'http')" in capsys.readouterr().err
+
+
+# -- aegis-nb mock --ledger ------------------------------------------------------------------------
+
+
+# Regression guard: mock --ledger in a missing folder is one line on stderr, not a traceback.
+def test_mock_with_a_ledger_in_a_missing_folder_fails_in_one_line(tmp_path: Path) -> None:
+    ledger = tmp_path / "missing-dir" / "ledger.db"
+    done = aegis_nb("mock", "--ledger", str(ledger))
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        f"aegis-nb mock: bad --ledger: cannot open {str(ledger)!r} as a ledger:"
+        " unable to open database file\n",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+# Regression guard: mock --ledger on a file that is not SQLite is one line, and the file is left as it was.
+def test_mock_with_a_ledger_that_is_not_sqlite_fails_in_one_line_and_leaves_the_file(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n" * 100)
+    done = aegis_nb("mock", "--ledger", str(notes))
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        f"aegis-nb mock: bad --ledger: cannot open {str(notes)!r} as a ledger: file is not a database\n",
+    )
+    assert notes.read_text() == "hello\n" * 100
+    assert list(tmp_path.iterdir()) == [notes]
+
+
+# Regression guard: a port out of range is a usage error, not a traceback.
+@pytest.mark.parametrize("command", ["mock", "serve"])
+@pytest.mark.parametrize(
+    ("port", "message"),
+    [("99999", "a port is 0-65535, got 99999"), ("eighty", "expected a port number, got 'eighty'")],
+)
+def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(
+    command: str, port: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [command, "--transport", "http", "--port", port] + (
+        ["some.module:app"] if command == "serve" else []
+    )
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr().err.splitlines()[-1] == f"aegis-nb {command}: error: argument --port: {message}"
+    )
