@@ -2,8 +2,10 @@
 
 Cancellation reaches an activity as a native `Task.cancel()`; a step that is refused before it
 starts; a step that blocks its event loop or whose worker is lost; two step objects of one name; a
-`ToolError`'s refusal and a tool's own timeout crossing the activity boundary. Each test runs
-against the real dev server, like `test_temporal`, and checks the whole outline and report.
+`ToolError`'s refusal and a tool's own timeout crossing the activity boundary; error text that is
+not valid UTF-8, the budget of a step cut at its own timeout, a workflow input that is no saga plan.
+Each test runs against the real dev server, like `test_temporal`, and checks the whole outline and
+report.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from tests.conftest import STRICT
 if not STRICT:  # on a developer machine without the `temporal` extra, skip; under CI, fail
     pytest.importorskip("temporalio")
 
+import os
+
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import RetryPolicy as TemporalRetryPolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -32,13 +37,21 @@ from aegis_nb.diagram import fold, render_mermaid
 from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaReport, SagaStatus
 from aegis_nb.saga.durable import StepNotRecoverable
+from aegis_nb.saga.durable.codec import SCHEMA_VERSION
 from aegis_nb.saga.durable.locator import StepResolver
 from aegis_nb.saga.events import StepFailed, StepTimedOut
-from aegis_nb.temporal import PASSED_THROUGH, SagaCancelled, SagaWorkflow, TemporalSagaRunner, saga_worker
+from aegis_nb.temporal import (
+    PASSED_THROUGH,
+    WORKFLOW_NAME,
+    SagaCancelled,
+    SagaWorkflow,
+    TemporalSagaRunner,
+    saga_worker,
+)
 from aegis_nb.temporal import activities as temporal_activities
 from aegis_nb.temporal import workflow as temporal_workflow
 from aegis_nb.temporal.activities import SagaActivities
-from tests.steps import Calls, Recorded
+from tests.steps import Boom, Calls, Recorded
 from tests.temporal_support import Refusing, anyio_backend, client, temporal_address
 from tests.test_temporal import FAST_RETRY, running, trail
 
@@ -483,3 +496,122 @@ async def test_a_tools_own_timeout_is_reported_with_its_budget(client: Client) -
     assert timed_out.budget == 0.25
     assert remote.report == replace(local.report, run_id=remote.run_id)
     assert render_mermaid(fold(remote.events)) == render_mermaid(fold(local.events))
+
+
+# -- error text, budgets and plans the workflow could have mangled ---------------------------------
+
+
+UNDECODABLE = os.fsdecode(b"caf\xe9.json")  # a file name read with surrogateescape: 'caf\udce9.json'
+
+
+class FailsOnAFileName(Recorded):
+    """Execute fails, and (with `undo_fails`) compensation fails once, naming an undecodable file."""
+
+    def __init__(self, name: str, calls: Calls, *, fails: bool = False, undo_fails: bool = False) -> None:
+        super().__init__(name, calls)
+        self.fails = fails
+        self.undo_fails = undo_fails
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        if self.fails:
+            self.calls.log.append(("execute", self.name, ctx))
+            raise Boom(f"cannot read {UNDECODABLE}")
+        return await super().execute(ctx)
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        self.calls.log.append(("compensate", self.name, ctx))
+        if self.undo_fails:
+            self.undo_fails = False
+            raise Boom(f"cannot delete {UNDECODABLE}")
+
+
+# Regression guard: error text that is not valid UTF-8 is reported once, exactly as the engine reports it.
+async def test_an_error_naming_an_undecodable_file_is_reported_once_and_exactly_as_in_the_engine(
+    client: Client,
+) -> None:
+    def saga(calls: Calls) -> list[Recorded]:
+        return [
+            FailsOnAFileName("flight", calls, undo_fails=True),
+            FailsOnAFileName("card", calls, fails=True),
+        ]
+
+    local_calls, remote_calls = Calls(), Calls()
+    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
+        saga(local_calls), AegisContext(), name="trip"
+    )
+    steps = saga(remote_calls)
+    async with running(client, *steps) as runner:
+        remote = await runner.run_saga(steps, AegisContext(), name="trip")
+    # Each call ran once: the failure was not retried by Temporal as one it could not report.
+    assert (
+        remote_calls.trail()
+        == local_calls.trail()
+        == [
+            ("execute", "flight"),
+            ("execute", "card"),
+            ("compensate", "flight"),
+            ("compensate", "flight"),
+        ]
+    )
+    assert trail(remote) == trail(local)
+    assert remote.report == replace(local.report, run_id=remote.run_id)
+    assert remote.report.cause == ErrorInfo("Boom", "cannot read caf\udce9.json")
+    failed_undo = remote.events[6]
+    assert getattr(failed_undo, "error", None) == ErrorInfo("Boom", "cannot delete caf\udce9.json")
+
+
+# Regression guard: a step cut at its own timeout reports the budget it was given, as in the engine.
+async def test_a_step_cut_at_its_own_timeout_reports_the_budget_it_was_given_as_in_the_engine(
+    client: Client,
+) -> None:
+    def saga(calls: Calls) -> list[Recorded]:
+        return [Recorded("flight", calls), Recorded("hotel", calls, hang=True, timeout=0.5)]
+
+    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
+        saga(Calls()), AegisContext(), name="trip"
+    )
+    steps = saga(Calls())
+    async with running(client, *steps) as runner:
+        remote = await runner.run_saga(steps, AegisContext(), name="trip")
+    assert trail(remote) == trail(local)
+    # Not the time left when the activity began on the worker: the step's half second.
+    assert remote.report == replace(local.report, run_id=remote.run_id)
+    assert remote.report.cause == ErrorInfo(
+        "ToolTimeoutError", "step 'hotel' exceeded its deadline (budget 500.0 ms)"
+    )
+    timed_out = remote.events[4]
+    assert isinstance(timed_out, StepTimedOut)
+    assert timed_out.budget == pytest.approx(0.5)
+
+
+# Regression guard: a workflow input that is no saga plan fails the workflow at once, not its task forever.
+@pytest.mark.parametrize(
+    "plan",
+    [
+        ["not", "a", "plan"],
+        {
+            "v": SCHEMA_VERSION,
+            "saga": "trip",
+            "steps": [],
+            "context": {"metadata": 5},
+            "timeout": None,
+            "compensation_budget": 1.0,
+            "compensation_retry": {"attempts": 1, "initial_delay": 0, "multiplier": 1, "max_delay": 0},
+            "heartbeat_timeout": 1.0,
+        },
+    ],
+    ids=["not-an-object", "bad-context"],
+)
+async def test_a_workflow_input_that_is_no_saga_plan_fails_the_workflow_at_once(
+    client: Client, plan: object
+) -> None:
+    queue = f"test-{uuid.uuid4().hex}"
+    async with saga_worker(client, queue):
+        handle = await client.start_workflow(WORKFLOW_NAME, plan, id=uuid.uuid4().hex, task_queue=queue)
+        # Not a workflow task failing (and retried) forever: the workflow itself fails.
+        with anyio.fail_after(20), pytest.raises(WorkflowFailureError) as caught:
+            await handle.result()
+    cause = caught.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.non_retryable
+    assert cause.message.startswith("not a saga plan this worker reads: RecordError(")

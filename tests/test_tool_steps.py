@@ -7,7 +7,11 @@ from typing import Any
 import pytest
 
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import SagaCompensationFailed, SagaDefinitionError, SagaRolledBack
+from aegis_nb.kernel.errors import (
+    SagaCompensationFailed,
+    SagaDefinitionError,
+    SagaRolledBack,
+)
 from aegis_nb.kernel.report import FailureKind
 from aegis_nb.mock import FaultPlan, Latency, ToolFaults, TravelAgency, flight_offers, hotel_rate_cents
 from aegis_nb.mock.travel import travel_saga, trip_context
@@ -15,6 +19,8 @@ from aegis_nb.saga.definition import SagaEntry, Step
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import CompensationFailed, CompensationStarted
 from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.server.app import AegisMCP
+from aegis_nb.server.session import connect
 from aegis_nb.server.tool_step import ToolPairStep
 from aegis_nb.testing import EventCapture
 
@@ -356,3 +362,49 @@ async def test_an_undo_arguments_function_that_returns_no_mapping_leaves_the_ste
         ["step 'Fly': its undo_arguments function returned NoneType, not a mapping of tool arguments"],
     )
     assert len(agency.state().flights) == 1
+
+
+class Decline:
+    name = "Pay"
+
+    async def execute(self, ctx: AegisContext) -> None:
+        raise ValueError("Card Declined!")
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+# Regression guard: frozen metadata and stored results reach a tool as plain JSON.
+async def test_tool_arguments_taken_from_the_context_reach_the_tool_as_plain_json() -> None:
+    # Metadata is frozen deeply (FrozenDict, tuples), and the step's stored result comes back to
+    # its undo arguments frozen; the SDK could not serialize either ("Unable to serialize unknown type").
+    received: list[tuple[str, Any]] = []
+    app = AegisMCP("trips")
+
+    @app.tool()
+    async def book(trip: dict[str, Any], tags: list[str]) -> dict[str, Any]:
+        received.append(("book", {"trip": trip, "tags": tags}))
+        return {"booking": {"id": "B1", "legs": [trip["city"]]}}
+
+    @app.tool()
+    async def cancel(booking: dict[str, Any]) -> dict[str, Any]:
+        received.append(("cancel", booking))
+        return {}
+
+    ctx = AegisContext().with_metadata({"trip": {"city": "Oslo", "legs": [{"n": 1}]}, "tags": ["a", "b"]})
+    async with connect(app) as session:
+        step = ToolPairStep(
+            session,
+            "book",
+            "cancel",
+            name="Book",
+            arguments=lambda ctx: {"trip": ctx.metadata["trip"], "tags": ctx.metadata["tags"]},
+            undo_arguments=lambda ctx, result: {"booking": None if result is None else result["booking"]},
+        )
+        with pytest.raises(SagaRolledBack) as failure:
+            await WorkflowEngine().execute_saga([step, Decline()], ctx)
+    assert failure.value.report.summary() == "Card Declined! — rolled back: Book"
+    assert received == [
+        ("book", {"trip": {"city": "Oslo", "legs": [{"n": 1}]}, "tags": ["a", "b"]}),
+        ("cancel", {"id": "B1", "legs": ["Oslo"]}),
+    ]

@@ -1,4 +1,10 @@
-"""Review fixes of the server layer: in-doubt tool timeouts across MCP, and client deadlines of any size."""
+"""A request's deadline on the server: a tool stopped at it after acting is in doubt, across MCP.
+
+The server's tool deadline stops a tool that took effect and never answered: its result is marked
+in doubt (with the budget it had), so an in-doubt step calling it is compensated; a tool whose deadline
+had passed before it started is a plain refusal. A client's deadline of any size is read safely: past
+float range it leaves the server's own deadline, negative or nan it is refused.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from aegis_nb.server.session import connect, unwrap_result
 from aegis_nb.server.tool_step import ToolPairStep
 
 pytestmark = pytest.mark.anyio
+
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -56,6 +63,7 @@ def bank(ledger: dict[str, str], *, tool_timeout: float, starts: list[float] | N
     return app
 
 
+# Regression guard: a tool the server stopped at its deadline after acting is in doubt, and undone.
 async def test_a_tool_the_server_stops_at_its_deadline_after_acting_is_compensated_in_doubt() -> None:
     # The server's tool deadline (0.1 s) comes long before the saga's (60 s). The charge took
     # effect, so its in-doubt step must be refunded; it used to arrive as a ToolError (the tool's
@@ -72,6 +80,7 @@ async def test_a_tool_the_server_stops_at_its_deadline_after_acting_is_compensat
     assert ledger == {}
 
 
+# Regression guard: a timed-out result carries the in-doubt mark and its budget; a refused one does not.
 async def test_a_timed_out_tool_result_is_marked_in_doubt_and_a_refused_one_is_not() -> None:
     ledger: dict[str, str] = {}
     starts: list[float] = []
@@ -107,6 +116,7 @@ async def test_a_timed_out_tool_result_is_marked_in_doubt_and_a_refused_one_is_n
         unwrap_result("charge", never_started)
 
 
+# Regression guard: a workflow stopped at a deadline outside its sagas is marked in doubt too.
 async def test_a_workflow_stopped_at_a_deadline_outside_its_sagas_is_marked_in_doubt() -> None:
     app = AegisMCP("agent")
 
@@ -128,6 +138,7 @@ async def test_a_workflow_stopped_at_a_deadline_outside_its_sagas_is_marked_in_d
     )
 
 
+# Regression guard: the in-doubt mark crosses a real (stdio) transport.
 async def test_the_in_doubt_mark_crosses_a_real_transport() -> None:
     server = textwrap.dedent(
         """
@@ -152,6 +163,7 @@ async def test_the_in_doubt_mark_crosses_a_real_transport() -> None:
             await session.call_tool("charge")
 
 
+# Regression guard: a client deadline past float range leaves the server's own deadline in force.
 @pytest.mark.parametrize("budget", [10**400, 2**1100], ids=["10**400", "2**1100"])
 async def test_a_client_deadline_past_float_range_leaves_the_server_deadline(budget: int) -> None:
     # JSON integers have no bound; converting one to a float overflowed and failed the call with
@@ -175,53 +187,9 @@ async def test_a_client_deadline_past_float_range_leaves_the_server_deadline(bud
     assert request_deadline({TIMEOUT_META_KEY: budget}, None, 5.0) == math.inf
 
 
+# Regression guard: a negative or nan client deadline is refused.
 async def test_a_negative_client_deadline_past_float_range_is_refused() -> None:
     with pytest.raises(ValueError, match=r"must be a positive number of milliseconds"):
         request_deadline({TIMEOUT_META_KEY: -(10**400)}, 30.0, 5.0)
     with pytest.raises(ValueError, match=r"must be a positive number of milliseconds, got nan"):
         request_deadline({TIMEOUT_META_KEY: math.nan}, 30.0, 5.0)
-
-
-class Decline:
-    name = "Pay"
-
-    async def execute(self, ctx: AegisContext) -> None:
-        raise ValueError("Card Declined!")
-
-    async def compensate(self, ctx: AegisContext) -> None:
-        return None
-
-
-async def test_tool_arguments_taken_from_the_context_reach_the_tool_as_plain_json() -> None:
-    # Metadata is frozen deeply (FrozenDict, tuples), and the step's stored result comes back to
-    # its undo arguments frozen; the SDK could not serialize either ("Unable to serialize unknown type").
-    received: list[tuple[str, Any]] = []
-    app = AegisMCP("trips")
-
-    @app.tool()
-    async def book(trip: dict[str, Any], tags: list[str]) -> dict[str, Any]:
-        received.append(("book", {"trip": trip, "tags": tags}))
-        return {"booking": {"id": "B1", "legs": [trip["city"]]}}
-
-    @app.tool()
-    async def cancel(booking: dict[str, Any]) -> dict[str, Any]:
-        received.append(("cancel", booking))
-        return {}
-
-    ctx = AegisContext().with_metadata({"trip": {"city": "Oslo", "legs": [{"n": 1}]}, "tags": ["a", "b"]})
-    async with connect(app) as session:
-        step = ToolPairStep(
-            session,
-            "book",
-            "cancel",
-            name="Book",
-            arguments=lambda ctx: {"trip": ctx.metadata["trip"], "tags": ctx.metadata["tags"]},
-            undo_arguments=lambda ctx, result: {"booking": None if result is None else result["booking"]},
-        )
-        with pytest.raises(SagaRolledBack) as failure:
-            await WorkflowEngine().execute_saga([step, Decline()], ctx)
-    assert failure.value.report.summary() == "Card Declined! — rolled back: Book"
-    assert received == [
-        ("book", {"trip": {"city": "Oslo", "legs": [{"n": 1}]}, "tags": ["a", "b"]}),
-        ("cancel", {"id": "B1", "legs": ["Oslo"]}),
-    ]
