@@ -159,15 +159,6 @@ class AegisContext:
             raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
         return _context(self._metadata, seconds, self._run_id, self._step_index)
 
-    # TEMPORARY old names, for the callers not yet renamed (recovery, the Temporal plan).
-    _for_step = for_step
-
-    @classmethod
-    def _build(
-        cls, metadata: FrozenDict, deadline: float, run_id: str | None, step_index: int | None
-    ) -> AegisContext:
-        return cls.from_parts(metadata, deadline=deadline, run_id=run_id, step_index=step_index)
-
     # -- value behaviour -----------------------------------------------------------------------
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
