@@ -124,8 +124,8 @@ def private_names_defined(module: str) -> frozenset[str]:
     return frozenset(filter(is_private, names))
 
 
-def reach_ins(module: str) -> Iterator[tuple[str, str]]:
-    """Where `module` uses a private name of another aegis_nb module: (the name, a line saying where).
+def reach_ins(module: str) -> Iterator[str]:
+    """Where `module` uses a private name of another aegis_nb module.
 
     Two forms are found: ``from aegis_nb.x import _y`` (x another module), and ``something._y`` where
     ``_y`` is defined in another aegis_nb module and not in this one: a module's private function
@@ -138,7 +138,7 @@ def reach_ins(module: str) -> Iterator[tuple[str, str]]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "aegis_nb":
             for alias in node.names:
                 if is_private(alias.name) and node.module != module:
-                    yield alias.name, f"{module}:{node.lineno} imports {alias.name} from {node.module}"
+                    yield f"{module}:{node.lineno} imports {alias.name} from {node.module}"
         elif isinstance(node, ast.Attribute) and is_private(node.attr):
             if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
                 continue
@@ -146,33 +146,11 @@ def reach_ins(module: str) -> Iterator[tuple[str, str]]:
                 continue
             owners = sorted(other for other in modules() if node.attr in private_names_defined(other))
             if owners:
-                where = f"{module}:{node.lineno} uses {ast.unparse(node)} (private to {', '.join(owners)})"
-                yield node.attr, where
-
-
-KNOWN_REACH_INS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # Being replaced by AegisContext's and FrozenDict's named methods (issue 17, item 2, by the
-        # "records" and lead engineers). This list only shrinks, to empty: never add to it.
-        ("aegis_nb.kernel.context", "_trusted"),
-        ("aegis_nb.kernel.context", "_data"),
-        ("aegis_nb.saga.durable.recovery", "_for_step"),
-        ("aegis_nb.saga.forward", "_deadline"),
-        ("aegis_nb.saga.forward", "_step_index"),
-        ("aegis_nb.saga.forward", "_run_id"),
-        ("aegis_nb.saga.forward", "_for_step"),
-        ("aegis_nb.saga.forward", "_with_budget"),
-        ("aegis_nb.saga.rollback", "_with_budget"),
-        ("aegis_nb.temporal.client", "_build"),
-        ("aegis_nb.temporal.plan", "_build"),
-    }
-)
-"""(module, private name) pairs still allowed while the work that removes them lands."""
+                yield f"{module}:{node.lineno} uses {ast.unparse(node)} (private to {', '.join(owners)})"
 
 
 def test_no_module_uses_another_modules_private_names() -> None:
-    found = [(module, name, line) for module in sorted(modules()) for name, line in reach_ins(module)]
-    assert [line for module, name, line in found if (module, name) not in KNOWN_REACH_INS] == []
+    assert [where for module in sorted(modules()) for where in reach_ins(module)] == []
 
 
 # -- import direction -------------------------------------------------------------------------------
