@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -331,3 +332,43 @@ def test_a_compensation_budget_too_large_for_a_float_is_endless_and_a_bool_is_re
     assert WorkflowEngine(compensation_budget=10**400).compensation_budget == math.inf
     with pytest.raises(ValueError, match="compensation_budget must be positive seconds, got True"):
         WorkflowEngine(compensation_budget=True)
+
+
+# -- @step on a functools.partial ------------------------------------------------------------------
+
+
+async def book(ctx: AegisContext, destination: str) -> AegisContext:
+    """Book a flight to `destination`."""
+    return ctx.with_metadata({"destination": destination})
+
+
+# Regression guard: @step on a functools.partial is named after the function it wraps.
+@pytest.mark.anyio
+async def test_a_step_of_an_async_partial_is_named_after_the_function() -> None:
+    booked = step(functools.partial(book, destination="LIS"))
+    assert (booked.name, booked.__doc__, repr(booked)) == ("book", book.__doc__, "<step book>")
+    renamed = step(name="BookFlight")(functools.partial(functools.partial(book), "LIS"))
+    assert renamed.name == "BookFlight"
+    for made in (booked, renamed):
+        made.compensation(_undo)
+    run = await WorkflowEngine().run_saga([booked], AegisContext())
+    assert run.context is not None
+    assert dict(run.context.metadata) == {"destination": "LIS"}
+
+
+async def _undo(ctx: AegisContext) -> None:
+    pass
+
+
+# Regression guard: @step on something with no name to take asks for one.
+def test_a_step_with_no_name_to_take_asks_for_one() -> None:
+    async def unnamed(ctx: AegisContext) -> None:
+        pass
+
+    unnamed.__name__ = ""
+    with pytest.raises(
+        SagaDefinitionError,
+        match=r"^cannot tell the name of step functools\.partial\(<function .*unnamed at 0x[0-9a-f]+>\): "
+        r"give it one with @step\(name=\.\.\.\)$",
+    ):
+        step(functools.partial(unnamed))

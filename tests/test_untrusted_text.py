@@ -13,6 +13,7 @@ idempotent, and text without controls comes back unchanged.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -26,16 +27,17 @@ from hypothesis import strategies as st
 from aegis_nb import AegisContext, ToolError
 from aegis_nb.diagram import GraphSource, fold, render_dot, render_graph, render_mermaid, render_svg
 from aegis_nb.kernel.printable import printable, printable_line
-from aegis_nb.notebook import SagaDiagram
+from aegis_nb.notebook import SagaDiagram, static_bundle
 from aegis_nb.saga.durable import SqliteJournal, read_run
 from aegis_nb.saga.engine import WorkflowEngine
-from aegis_nb.saga.events import StepFailed
+from aegis_nb.saga.events import SagaEvent, StepFailed
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.trace import describe
 from aegis_nb.server.progress import progress_message
 from tests.conftest import require_executable
 from tests.durable_support import Crash, CrashingJournal
 from tests.servers.launch import aegis_nb
+from tests.test_diagram_scenarios import Script
 
 BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 """The characters that reorder text, written out here rather than taken from the module under test."""
@@ -318,3 +320,72 @@ def test_recover_prints_the_hostile_run_escaped(tmp_path: Path) -> None:
         f"[{RUN_SHOWN}-half] saga {SAGA_SHOWN} rolled back in _ ms: {SUMMARY}",
         "recovered 1 run(s): 1 rolled back, 0 stuck; 0 left unfinished",
     ]
+
+
+# -- lone surrogates, and describe on one line -----------------------------------------------------
+
+
+def upload_fails(name: str) -> tuple[SagaEvent, ...]:
+    """A run whose error names the file `name`, in a saga named after it too."""
+    script = Script(("Upload",), saga=f"upload {name}")
+    return script.step_fails(0, "Upload", f"cannot upload {name}").end_rollback()
+
+
+UNDECODABLE = os.fsdecode(b"report-\xff.pdf")  # how Python hands out an undecodable file name
+
+
+REPLACED = "report-\ufffd.pdf"
+
+
+# Regression guard: a lone surrogate (an undecodable file name) is drawn as U+FFFD in every view.
+def test_a_lone_surrogate_is_drawn_as_the_replacement_character() -> None:
+    events, expected = upload_fails(UNDECODABLE), upload_fails(REPLACED)
+    assert UNDECODABLE != REPLACED
+    svg = render_svg(fold(events))
+    assert svg == render_svg(fold(expected))
+    assert ElementTree.fromstring(svg.encode("utf-8")).get("aria-label") == (
+        f"upload {REPLACED}: rolled back — cannot upload {REPLACED} — rolled back: nothing to undo"
+    )
+    diagram, same = SagaDiagram(events), SagaDiagram(expected)
+    assert diagram._repr_mimebundle_() == static_bundle(fold(expected))
+    assert diagram.graph(dot=None)._repr_mimebundle_() == same.graph(dot=None)._repr_mimebundle_()
+    assert diagram.mermaid_view()._repr_mimebundle_() == same.mermaid_view()._repr_mimebundle_()
+    assert repr(diagram) == repr(same)
+
+
+# Regression guard: a lone surrogate in a run id still draws, with a stable diagram id.
+def test_a_lone_surrogate_in_a_run_id_still_draws() -> None:
+    events = Script(("Upload",), run_id="run-\udcff").step_fails(0, "Upload", "gone").end_rollback()
+    svg = render_svg(fold(events))
+    assert ElementTree.fromstring(svg.encode("utf-8")).get("id") == "aegis-376c351358-4"
+
+
+# Regression guard: describe() puts multi-line names and errors on one line.
+def test_describe_puts_multi_line_names_and_errors_on_one_line() -> None:
+    stuck = (
+        Script(("Reserve", "Validate\nStep"), saga="book\nvacation")
+        .step_ok(0, "Reserve")
+        .step_fails(1, "Validate\nStep", "2 validation errors for Booking\nnights\n  Input should be > 0")
+        .undo_fails(0, "Reserve", "refund refused:\n  ledger locked", 1, will_retry=False)
+        .end_rollback()
+    )
+    assert [describe(event) for event in stuck] == [
+        "saga book vacation started: Reserve -> Validate Step (no deadline)",
+        "  -> Reserve.execute()",
+        "  <- Reserve ok (10.0 ms)",
+        "  -> Validate Step.execute()",
+        "  x  Validate Step error: 2 validation errors for Booking nights Input should be > 0 (10.0 ms)",
+        "  <~ Reserve.compensate()",
+        "  !! Reserve compensation failed: refund refused: ledger locked (giving up)",
+        "saga book vacation STUCK after 22.1 ms: 2 validation errors for Booking nights Input should be > 0"
+        " — could not undo: Reserve (refund refused: ledger locked, after 1 attempt)"
+        " — rolled back: nothing to undo",
+    ]
+    rolled_back = (
+        Script(("Reserve", "Validate"), saga="book")
+        .step_ok(0, "Reserve")
+        .step_fails(1, "Validate", "bad\r\ninput")
+        .undo(0, "Reserve")
+        .end_rollback()
+    )
+    assert describe(rolled_back[-1]) == "saga book rolled back in 25.1 ms: bad input — rolled back: Reserve"
