@@ -41,7 +41,7 @@ def counted_view() -> tuple[LiveView, list[int]]:
     """A view with no front end whose comm messages are counted."""
     view = LiveView(surface=NullSurface())
     sent = [0]
-    comm: Any = view._html.comm
+    comm: Any = view.widget.comm
 
     def publish(*args: Any, **kwargs: Any) -> None:
         sent[0] += 1

@@ -1,4 +1,5 @@
-"""A real JupyterLab for browser tests: started on 127.0.0.1 with a private config and this venv's kernel.
+"""Real front ends for browser tests, on 127.0.0.1: JupyterLab or Notebook 7 (a private config and
+this venv's kernel), and marimo serving a notebook file.
 
 Used with headless Debian Chromium (never a browser download) driven by Playwright.
 """
@@ -79,10 +80,14 @@ def chromium() -> str:
 
 
 @contextmanager
-def running_lab(base: Path) -> Iterator[Lab]:
-    """Serve ``base / "notebooks"`` (the caller fills it) until the block ends."""
+def running_lab(base: Path, app: str = "jupyter-lab", disabled: tuple[str, ...] = ()) -> Iterator[Lab]:
+    """Serve ``base / "notebooks"`` (the caller fills it) until the block ends.
+
+    `app` is the server: ``jupyter-lab``, or ``jupyter-notebook`` for Notebook 7. `disabled` names
+    front-end extensions to switch off (the widget manager, to see what a front end without one shows).
+    """
     chromium()
-    require(shutil.which("jupyter-lab", path=str(Path(sys.executable).parent)) is not None, "jupyter-lab")
+    require(shutil.which(app, path=str(Path(sys.executable).parent)) is not None, app)
     root = base / "notebooks"
     root.mkdir(exist_ok=True)
     write_kernelspec(base / "jupyter-path")
@@ -91,6 +96,11 @@ def running_lab(base: Path) -> Iterator[Lab]:
     (notifications / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
     )
+    if disabled:
+        labconfig = base / "config" / "labconfig"
+        labconfig.mkdir(parents=True)
+        pages = {"disabledExtensions": dict.fromkeys(disabled, True)}
+        (labconfig / "page_config.json").write_text(json.dumps(pages))
     token, port = secrets.token_hex(16), free_port()
     env = {
         **os.environ,
@@ -102,7 +112,7 @@ def running_lab(base: Path) -> Iterator[Lab]:
     }
     server = subprocess.Popen(
         [
-            str(Path(sys.executable).parent / "jupyter-lab"),
+            str(Path(sys.executable).parent / app),
             "--no-browser",
             "--allow-root",
             "--ip=127.0.0.1",
@@ -131,8 +141,56 @@ def running_lab(base: Path) -> Iterator[Lab]:
     threading.Thread(target=watch, daemon=True).start()
     try:
         if not started.wait(timeout=90):
-            pytest.fail("JupyterLab did not start:\n" + "".join(log[-30:]))
+            pytest.fail(f"{app} did not start:\n" + "".join(log[-30:]))
         yield Lab(f"http://127.0.0.1:{port}", token, root, log)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@dataclass(frozen=True)
+class Marimo:
+    url: str
+    log: list[str]  # the server's output, as it arrives
+
+
+@contextmanager
+def running_marimo(notebook: Path) -> Iterator[Marimo]:
+    """``marimo run notebook`` (the app view: every cell runs when a page connects) until the block ends."""
+    chromium()
+    marimo = shutil.which("marimo", path=str(Path(sys.executable).parent))
+    require(marimo is not None, "marimo")
+    assert marimo is not None
+    port = free_port()
+    command = [marimo, "run", str(notebook), "--headless", "--no-token", "--host", "127.0.0.1"]
+    server = subprocess.Popen(
+        [*command, "--port", str(port)],
+        env={**os.environ, "MARIMO_SKIP_UPDATE_CHECK": "1"},
+        cwd=notebook.parent,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    started = threading.Event()
+    log: list[str] = []
+
+    def watch() -> None:
+        assert server.stdout is not None
+        for line in server.stdout:
+            log.append(line)
+            if f":{port}" in line:
+                started.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    try:
+        if not started.wait(timeout=90):
+            pytest.fail("marimo did not start:\n" + "".join(log[-30:]))
+        yield Marimo(f"http://127.0.0.1:{port}", log)
     finally:
         server.terminate()
         try:

@@ -5,7 +5,8 @@ A newcomer's sequence, in JupyterLab driven by headless Debian Chromium: open
 presses Run four times from code, ending at a 0.6 s deadline), then set the deadline slider to 0.25
 and press Run. The new run must use 0.25 s: its history row and the pane's caption say so, and it
 rolls back. Before the fix the slider, drawn while a later cell awaited, sent nothing after its
-first (unasked) message, and the run used 0.6 s.
+first (unasked) message, and the run used 0.6 s. The explorer now sends what a person does as
+custom messages, which nothing holds back, and sends nothing unasked.
 """
 
 from __future__ import annotations
@@ -59,16 +60,17 @@ def test_the_deadline_slider_set_after_restart_and_run_all_is_the_deadline_run(l
             rows = explorer.locator(".aegis-history tbody tr")
             expect(rows).to_have_count(4)  # the code cell's four presses: 0.8, 0.25, 0.35, 0.6
             page.wait_for_function(KERNEL_IDLE)
-            deadline = explorer.locator(".widget-slider").filter(has_text="deadline (s)")
-            expect(deadline.locator(".widget-readout")).to_have_text("0.60")
+            readout = explorer.get_by_role("textbox", name="deadline (s) value")
+            expect(readout).to_have_value("0.60")
 
             # What a person does: type the value into the slider's readout, then press Run.
-            deadline.locator(".widget-readout").click()
+            readout.click()
             page.keyboard.press("Control+A")
             page.keyboard.type("0.25")
             page.keyboard.press("Enter")
-            expect(deadline.locator(".widget-readout")).to_have_text("0.25")
-            explorer.get_by_role("button", name="Run").click()
+            expect(readout).to_have_value("0.25")
+            expect(explorer.get_by_role("slider", name="deadline (s)", exact=True)).to_have_value("0.25")
+            explorer.get_by_role("button", name="Run", exact=True).click()
             expect(rows).to_have_count(5)
 
             fifth = rows.filter(has=page.locator("td:first-child", has_text="5"))

@@ -213,16 +213,18 @@ def test_a_rollback_shows_one_line_and_the_diagram_not_a_traceback(
         ("CompensationSucceeded", "BookFlight"),
         ("SagaRolledBackEvent",),
     ]
-    # The live widget (blank as text), its blanking at the end, then the static diagram.
+    # The live widget (blank as text) and its fallback (blank: the run was over before the first
+    # redraw), both blanked at the end, then the static diagram.
     shown = displays(shell)
-    assert [sorted(d["data"]) for d in shown] == [
-        [WIDGET_MIME, "text/plain"],
-        ["text/plain"],
-        ["text/html", "text/plain"],
+    assert [(sorted(d["data"]), d["update"]) for d in shown] == [
+        ([WIDGET_MIME, "text/plain"], False),
+        (["text/plain"], False),
+        (["text/plain"], True),
+        (["text/plain"], True),
+        (["text/html", "text/plain"], False),
     ]
-    assert [d["update"] for d in shown] == [False, True, False]
-    assert shown[0]["data"]["text/plain"] == shown[1]["data"]["text/plain"] == ""
-    static = shown[2]["data"]
+    assert [d["data"]["text/plain"] for d in shown[:4]] == ["", "", "", ""]
+    static = shown[4]["data"]
     assert static == static_bundle(fold(run.events))
     assert 'alt="trip: rolled back — Card Declined! — rolled back: BookFlight"' in static["text/html"]
     assert without_timings(static["text/plain"]) == (
@@ -472,13 +474,15 @@ def test_watch_draws_every_saga_of_an_engine_in_the_running_cell(shell: Interact
     shown = displays(shell)
     assert [sorted(d["data"]) for d in shown] == [
         [WIDGET_MIME, "text/plain"],
+        ["text/plain"],  # the fallback, then its blanking and the widget's
+        ["text/plain"],
         ["text/plain"],
         ["text/html", "text/plain"],
     ]
-    assert shown[2]["data"]["text/plain"].startswith("watched — COMMITTED")
+    assert shown[4]["data"]["text/plain"].startswith("watched — COMMITTED")
     ok(shell, "%aegis_watch --stop engine")
     ok(shell, "await engine.run_saga([(BookFlight, ('Oslo',), {})], name='unwatched')")
-    assert len(displays(shell)) == 3
+    assert len(displays(shell)) == 5  # nothing more
     assert usage_error(shell, "%aegis_watch BookFlight") == (
         "%aegis_watch BookFlight: expected a WorkflowEngine or an AegisMCP app, got FunctionStep"
     )

@@ -118,11 +118,11 @@ def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(
 
             explorer = cells.nth(5).locator(".aegis-explorer")
             history = explorer.locator(".aegis-history tbody tr")
-            explorer.get_by_role("button", name="Run").click()
+            explorer.get_by_role("button", name="Run", exact=True).click()
             expect(history).to_have_count(1)
             expect(history.nth(0)).to_contain_text("committed: BookFlight, ChargeCard")
             explorer.get_by_role("button", name="ChargeCard fails").click()
-            explorer.get_by_role("button", name="Run").click()
+            explorer.get_by_role("button", name="Run", exact=True).click()
             expect(history).to_have_count(2)
             expect(explorer.locator(".aegis-history")).to_contain_text(
                 "ChargeCard failed (injected by --fail) — rolled back: BookFlight"

@@ -79,11 +79,9 @@ def test_each_press_reads_the_controls_and_keeps_the_previous_outcome(
     assert view.trials[2].run.report.cause.message == "BookFlight failed (injected by --fail)"
     assert view.trials[1].settings_text() == "deadline 0.3 s · latency: ChargeCard 0.5 s"
     # The previous pane holds run 2, the current one run 3; the history is sorted by deadline.
-    assert view._previous.value.startswith('<div style="font-size:12px;color:#475569">run 2: deadline 0.3 s')
-    assert view._current.children[0].value.startswith(
-        '<div style="font-size:12px;color:#475569">run 3: deadline 1 s'
-    )
-    history = view._history.value
+    assert view.widget.previous.startswith('<div style="font-size:12px;color:#475569">run 2: deadline 0.3 s')
+    assert view.widget.current.startswith('<div style="font-size:12px;color:#475569">run 3: deadline 1 s')
+    history = view.widget.history
     assert history.index(">1</td>") < history.index(">2</td>") < history.index(">3</td>")
     assert not view.run_button.disabled
     assert shell.user_ns["last"] is view.trials[2].run

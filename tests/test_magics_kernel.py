@@ -36,9 +36,10 @@ def test_a_background_saga_runs_on_while_later_cells_run_and_ends_as_a_static_di
     client.execute()
     outputs = [cell.outputs for cell in notebook.cells]
 
-    assert [o.output_type for o in outputs[2]] == ["display_data", "execute_result"]
+    assert [o.output_type for o in outputs[2]] == ["display_data", "display_data", "execute_result"]
     assert "application/vnd.jupyter.widget-view+json" in outputs[2][0].data  # the live view, shown at once
-    assert outputs[2][1].data["text/plain"] == (
+    assert outputs[2][1].data == {"text/plain": ""}  # its fallback, blanked once the run was over
+    assert outputs[2][2].data["text/plain"] == (
         "<saga held running in the background: `await` this for its SagaRun>"
     )
     assert "".join(o.text for o in outputs[3]) == (
@@ -48,4 +49,5 @@ def test_a_background_saga_runs_on_while_later_cells_run_and_ends_as_a_static_di
     # Expression form: the run ended within this cell, so its live output became the diagram here.
     assert outputs[5][0].output_type == "display_data"
     assert outputs[5][0].data["text/plain"].startswith("again — COMMITTED")
-    assert "".join(o.text for o in outputs[5][1:]) == "BackgroundRun\nTrue\n"
+    assert outputs[5][1].data == {"text/plain": ""}
+    assert "".join(o.text for o in outputs[5][2:]) == "BackgroundRun\nTrue\n"

@@ -381,5 +381,5 @@ async def test_a_recovered_run_opens_in_the_notebook_replay_view(tmp_path: Path)
     await crash_then_recover(path, doubtful_middle, 4)
     events = read_run(path, RUN).events
     view = ReplayView(events)
-    assert (view.slider.min, view.slider.max, view.slider.value) == (1, len(events), len(events))
+    assert (view.widget.count, view.position) == (len(events), len(events))
     assert isinstance(view.events[-1], SagaRolledBackEvent)

@@ -104,7 +104,7 @@ def test_the_quickstarts_replay_grows_event_by_event_and_plays_again_on_the_butt
             page.wait_for_function(KERNEL_IDLE)
             page.evaluate("() => { window.__replay = []; }")
             replay = page.locator(".aegis-replay")
-            replay.locator(".widget-play button").first.click()  # ▶
+            replay.get_by_role("button", name="▶ play").click()
             page.wait_for_function(PLAYED_TO_THE_END)
             again = page.evaluate("() => window.__replay")
             assert again[0]["events"] == EVENTS, again  # as the button found it: the whole run

@@ -184,7 +184,7 @@ def test_the_explorer_html_of_an_error_with_a_lone_surrogate_is_valid_utf8(shell
     explorer.run_button.click()  # no loop is running here: each press runs the saga to the end
     explorer.run_button.click()
     # Widget values travel to the front end as UTF-8 JSON.
-    html = [explorer._current.children[0].value, explorer._previous.value, explorer._history.value]
+    html = [explorer.widget.current, explorer.widget.previous, explorer.widget.history]
     assert [SURROGATE.search(value) for value in html] == [None, None, None]
     assert f"cannot upload {REPLACED} — rolled back: nothing to undo</td>" in html[2]
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from aegis_nb.notebook.widgets import EXPLORER_ESM
+
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbconvert")
 
@@ -133,15 +135,15 @@ def test_the_stored_notebook_keeps_the_fallback_beside_the_widget_view(tmp_path:
         ["text/html", "text/plain"],
     ]
     assert "".join(outputs[0]["data"]["text/plain"]) == ""
-    # The widget's hidden style names the fallback it hides, by the style widget's model id.
+    # The fallback is marked with the widget's fallback id; the widget's own front-end code hides it.
     key = re.search(r'data-for="([0-9a-f]{32})"', "".join(outputs[1]["data"]["text/html"]))
     assert key is not None
     widget_state = stored["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    hider = widget_state[key.group(1)]["state"]["value"]
-    assert hider == (
-        f'<style>.aegis-fallback[data-for="{key.group(1)}"]{{display:none}}'
-        f'.jp-OutputArea-child:has(.aegis-fallback[data-for="{key.group(1)}"]){{display:none}}</style>'
-    )
+    view_id = outputs[0]["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+    explorer = widget_state[view_id]["state"]
+    assert explorer["fallback_id"] == key.group(1)
+    assert explorer["_esm"] == EXPLORER_ESM
+    assert "hideFallback(model, el);" in EXPLORER_ESM
     text = "".join(outputs[1]["data"]["text/plain"])
     assert text.splitlines()[:4] == [
         "saga explorer for trip (BookFlight, ChargeCard), after 2 runs:",

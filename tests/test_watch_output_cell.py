@@ -59,15 +59,16 @@ def test_the_diagram_of_a_served_call_is_drawn_under_the_calling_cell(tmp_path: 
     kinds = [(output.output_type, sorted(output.get("data", {}))) for output in call.outputs]
     assert kinds == [
         ("display_data", ["text/plain"]),  # the live widget, blanked (its view is not kept without state)
+        ("display_data", ["text/plain"]),  # its fallback, blanked
         ("display_data", ["text/html", "text/plain"]),  # the static diagram
         ("stream", []),
     ], call.outputs
-    static = call.outputs[1].data
+    static = call.outputs[2].data
     alt = re.search(r'alt="([^"]*)"', static["text/html"])
     assert alt is not None
     assert html.unescape(alt[1]) == "book_trip: rolled back — Card Declined! — rolled back: BookFlight"
     assert static["text/plain"].startswith("book_trip — ROLLED BACK · 2 steps · ")
-    assert call.outputs[2].text == "is_error: True Card Declined! — rolled back: BookFlight\n"
+    assert call.outputs[3].text == "is_error: True Card Declined! — rolled back: BookFlight\n"
     assert notebook.cells[4].outputs[0].text == "stopped\n"
 
 

@@ -76,9 +76,13 @@ class FakeScheduler:
 class RecordingSurface:
     shown: list[Any] = field(default_factory=list)
     replaced: list[dict[str, str]] = field(default_factory=list)
+    redrawn: list[dict[str, str]] = field(default_factory=list)  # the fallback's pictures
 
     def show(self, widget: Any) -> None:
         self.shown.append(widget)
+
+    def redraw(self, picture: Callable[[], dict[str, str]]) -> None:
+        self.redrawn.append(picture())
 
     def replace(self, bundle: dict[str, str]) -> None:
         self.replaced.append(bundle)
@@ -147,7 +151,7 @@ def test_ten_thousand_events_make_a_bounded_number_of_redraws() -> None:
     clock, surface = FakeScheduler(), RecordingSurface()
     view = LiveView(scheduler=clock, surface=surface)
     sent: list[str] = []
-    view._html.comm.publish_msg = lambda *args, **kwargs: sent.append(args[0])  # count comm messages
+    view.widget.comm.publish_msg = lambda *args, **kwargs: sent.append(args[0])  # count comm messages
     events = many_steps(3400, fail_at=2500)  # 10,002 events
     assert len(events) > 10_000
     feed(view, events, clock, step=0.0001)  # 1 s of events at 10,000 per second
@@ -187,6 +191,10 @@ def test_the_view_shows_on_start_redraws_while_running_and_becomes_static_at_the
     ]
     assert surface.replaced == [static_bundle(fold(events))]
     assert seen[-1].startswith(live_html(fold(events), [])[:200])
+    # Each redraw before the end also gave the fallback (shown where no widget is drawn) its picture.
+    assert len(surface.redrawn) == len(events) - 1
+    assert all(sorted(picture) == ["text/html", "text/plain"] for picture in surface.redrawn)
+    assert all('<img src="data:image/svg+xml;base64,' in picture["text/html"] for picture in surface.redrawn)
 
 
 def test_elapsed_time_keeps_moving_while_a_step_runs() -> None:
@@ -278,7 +286,7 @@ async def test_secrets_never_reach_the_widget_or_the_static_bundle() -> None:
     assert "***" in html
     assert token not in html
     assert all(token not in value for value in surface.replaced[0].values())
-    assert token not in view.replay()._html.value
+    assert token not in view.replay().widget.value
 
 
 # -- replay and display ---------------------------------------------------------------------------
@@ -287,12 +295,12 @@ async def test_secrets_never_reach_the_widget_or_the_static_bundle() -> None:
 def test_replay_slider_shows_the_diagram_after_each_event() -> None:
     events = SCENARIOS["fail_third"]()
     replay = ReplayView(events)
-    assert replay.slider.min == 1
-    assert replay.slider.max == replay.slider.value == len(events)
+    assert replay.widget.count == replay.position == len(events)
     for count in (1, 6, 9, len(events)):
-        replay.slider.value = count
-        assert render_svg(fold(events[:count])) in replay._html.value
-        assert f"event {count} of {len(events)}" in replay._html.value
+        replay.position = count
+        assert replay.widget.position == count
+        assert render_svg(fold(events[:count])) in replay.widget.value
+        assert f"event {count} of {len(events)}" in replay.widget.value
 
 
 def test_replay_of_the_live_views_last_run() -> None:

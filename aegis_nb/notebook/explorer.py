@@ -10,31 +10,36 @@ The controls start at what the magic was given: slider ranges widen to hold a ``
 ``--latency`` beyond their usual ends, and a ``--fail STEP=MESSAGE`` keeps its message whenever that
 step's toggle is on. Controls are per label (``Fly#1``, ``Fly#2``), as in the diagram.
 
-Where no widget can be drawn (nbconvert HTML, GitHub) the explorer's output shows its last state
-instead: the last run's diagram, the history and the same as text (see `FallbackOutput`).
+The explorer is one anywidget (`ExplorerWidget`), so it works in marimo as in Jupyter; from Python
+its controls read and set like widgets (``explorer.deadline.value = 0.25``). Where no widget can be
+drawn (nbconvert HTML, GitHub) the explorer's output shows its last state instead: the last run's
+diagram, the history and the same as text (see `FallbackOutput`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 
 import anyio
-import ipywidgets  # type: ignore[import-untyped]
 
 from aegis_nb.diagram import fold, render_svg, render_text
 from aegis_nb.kernel.text import counted, replace_surrogates
-from aegis_nb.notebook.cellsurface import WIDGET_MIME
 from aegis_nb.notebook.fallback import FallbackOutput
 from aegis_nb.notebook.injection import Fault
 from aegis_nb.notebook.live import LiveView
-from aegis_nb.notebook.plan import SagaPlan
-from aegis_nb.notebook.runner import RunSettings, SagaRunner
+from aegis_nb.notebook.mime import WIDGET_MIME, widget_view
+from aegis_nb.notebook.mocktools import MockTools
+from aegis_nb.notebook.plan import PlannedStep, SagaPlan
+from aegis_nb.notebook.runner import DEFAULT_SAGA_NAME, RunSettings, SagaRunner
 from aegis_nb.notebook.static import Bundle, data_uri
 from aegis_nb.notebook.surface import NullSurface
+from aegis_nb.notebook.widgets import ExplorerWidget
+from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.outcome import SagaRun
 
 MAX_LATENCY = 2.0
@@ -83,72 +88,48 @@ class SagaExplorer:
         # Below the usual left end, the given deadline becomes both the left end and the step, so the
         # slider still lands on it exactly.
         fine = min(MIN_DEADLINE, initial)
-        style = {"description_width": "initial"}
-        wide = ipywidgets.Layout(width="min(100%, 480px)")
-        # Sent on release only. A continuous slider also sends when it is drawn, if the slider's
-        # grid rounds its value (0.05 + 9 * 0.05 is 0.5000000000000001): drawn while a later cell
-        # of Run All awaits, that message is answered with no idle status (ipykernel >= 7.4 runs
-        # it beside the cell), and ipywidgets' front end then holds back the slider's every later
-        # change, waiting for that idle: the Run button would read the old value.
-        settled = {"continuous_update": False}
-        self.deadline = ipywidgets.FloatSlider(
-            value=initial,
-            min=fine,
-            max=max(5.0, min(2 * initial, sys.float_info.max)),  # widget state is JSON: no infinity
-            step=fine,
-            description="deadline (s)",
-            readout_format=".2f" if initial >= 0.01 else ".2g",  # .2f would show a 0.005 s deadline as 0.00
-            style=style,
-            **settled,
-            layout=wide,
+        latencies = {name: settings.faults.get(name, Fault()).latency for name in names}
+        self.widget = ExplorerWidget(
+            labels=list(names),
+            deadline=initial,
+            deadline_min=fine,
+            deadline_max=max(5.0, min(2 * initial, sys.float_info.max)),  # widget state is JSON: no infinity
+            deadline_step=fine,
+            deadline_format=".2f" if initial >= 0.01 else ".2g",  # .2f would show a 0.005 s deadline as 0.00
+            latency=latencies,
+            latency_max={name: max(MAX_LATENCY, seconds) for name, seconds in latencies.items()},
+            failing={name: settings.faults.get(name, Fault()).fail for name in names},
         )
-        self.latency = {
-            name: ipywidgets.FloatSlider(
-                value=settings.faults.get(name, Fault()).latency,
-                min=0.0,
-                max=max(MAX_LATENCY, settings.faults.get(name, Fault()).latency),
-                step=0.05,
-                description=f"{name} latency (s)",
-                readout_format=".2f",
-                style=style,
-                **settled,
-                layout=wide,
-            )
-            for name in names
-        }
-        self.failing = {
-            name: ipywidgets.ToggleButton(
-                value=settings.faults.get(name, Fault()).fail,
-                description=f"{name} fails",
-                icon="bolt",
-                layout=ipywidgets.Layout(width="auto"),
-            )
-            for name in names
-        }
-        self.run_button = ipywidgets.Button(description="Run", button_style="primary", icon="play")
-        self.run_button.on_click(self._clicked)
-        self._current = ipywidgets.VBox([ipywidgets.HTML("<i>press Run</i>")])
-        self._previous = ipywidgets.HTML("")
-        self._history = ipywidgets.HTML("")
-        half = {"width": "50%", "overflow": "auto"}
-        panes = ipywidgets.HBox(
-            [
-                ipywidgets.VBox([ipywidgets.HTML("<b>this run</b>"), self._current], layout=half),
-                ipywidgets.VBox([ipywidgets.HTML("<b>previous run</b>"), self._previous], layout=half),
-            ]
-        )
-        self._output = FallbackOutput(self.static_bundle)
-        self.widget = ipywidgets.VBox(
-            [
-                self._output.hider,
-                self.deadline,
-                *self.latency.values(),
-                ipywidgets.HBox([*self.failing.values(), self.run_button]),
-                panes,
-                self._history,
-            ]
-        )
-        self.widget.add_class("aegis-explorer")
+        """The anywidget: the controls, this run's and the previous run's diagrams, the history."""
+        self.widget.on_msg(self._message)
+        self.deadline = DeadlineControl(self.widget)
+        self.latency = {name: LatencyControl(self.widget, name) for name in names}
+        self.failing = {name: FailToggle(self.widget, name) for name in names}
+        self.run_button = RunButton(self)
+        self._output = FallbackOutput(self.static_bundle, self.widget.fallback_id)
+
+    @classmethod
+    def of(
+        cls,
+        steps: Sequence[Any],
+        *,
+        deadline: float = 1.0,
+        name: str = DEFAULT_SAGA_NAME,
+        engine: WorkflowEngine | None = None,
+    ) -> SagaExplorer:
+        """An explorer for a saga list (steps, or ``(step, args, kwargs)`` entries), without the magics.
+
+        For front ends with no IPython magics (marimo): ``SagaExplorer.of([BookFlight(), Pay()])``.
+        """
+        planned = []
+        for entry in steps:
+            step, args, kwargs = entry if isinstance(entry, tuple) else (entry, (), {})
+            label = getattr(step, "name", None) or type(step).__name__
+            planned.append(PlannedStep(str(label), step, tuple(args), dict(kwargs)))
+        plan = SagaPlan(tuple(planned))
+        runner = SagaRunner(engine if engine is not None else WorkflowEngine(), {}, MockTools)
+        runner.check(plan)
+        return cls(runner, plan, RunSettings(deadline=deadline, name=name))
 
     # -- reading the controls -------------------------------------------------------------------
 
@@ -176,14 +157,13 @@ class SagaExplorer:
         """Run the saga with the controls' current values; the diagram replaces the current pane."""
         settings = self.settings()
         assert settings.deadline is not None
-        view = LiveView(surface=NullSurface(), static_at_end=False)
-        self.run_button.disabled = True
-        self._current.children = (view.widget,)
+        view = LiveView(surface=NullSurface(), static_at_end=False, canvas=_Pane(self.widget))
+        self.widget.running = True
         try:
             outcome = await self._runner.run(self._plan, settings, sinks=(view,))
         finally:
             view.stop()  # up to date, and not ticking on after a run that was interrupted
-            self.run_button.disabled = False
+            self.widget.running = False
         trial = Trial(
             number=len(self.trials) + 1,
             deadline=settings.deadline,
@@ -191,15 +171,32 @@ class SagaExplorer:
             failing=tuple(name for name in self._plan.labels if self.failing[name].value),
             run=outcome.run,
         )
-        if self.trials:
-            self._previous.value = _trial_html(self.trials[-1])
-        self.trials.append(trial)
-        self._current.children = (ipywidgets.HTML(_trial_html(trial)),)
-        self._history.value = history_html(self.trials)
+        with self.widget.hold_sync():
+            if self.trials:
+                self.widget.previous = _trial_html(self.trials[-1])
+            self.trials.append(trial)
+            self.widget.current = _trial_html(trial)
+            self.widget.history = history_html(self.trials)
         if self._variable is not None:
             self._runner.namespace[self._variable] = outcome.run
         self._output.refresh()  # a saved or exported notebook keeps this run, not the blank controls
         return trial
+
+    def _message(self, _: object, content: Any, buffers: object = None) -> None:
+        """What a person did in the front end: moved a slider, flipped a toggle, pressed Run."""
+        if not isinstance(content, dict):
+            return
+        if content.get("run") is True:
+            self._clicked(None)
+            return
+        name, value = content.get("name"), content.get("value")
+        what = content.get("set")
+        if what == "deadline" and isinstance(value, int | float):
+            self.deadline.value = value
+        elif what == "latency" and name in self.latency and isinstance(value, int | float):
+            self.latency[name].value = value
+        elif what == "failing" and name in self.failing and isinstance(value, bool):
+            self.failing[name].value = value
 
     def _clicked(self, _: Any) -> None:
         if self._pending:
@@ -240,8 +237,120 @@ class SagaExplorer:
         self._output.display(self.widget)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude) or {}
-        return {WIDGET_MIME: bundle.get(WIDGET_MIME), "text/plain": self.static_bundle()["text/plain"]}
+        return {WIDGET_MIME: widget_view(self.widget), "text/plain": self.static_bundle()["text/plain"]}
+
+    def _display_(self) -> ExplorerWidget:
+        """What marimo shows for this object: the widget (marimo draws anywidget, with no fallback)."""
+        return self.widget
+
+
+class _Pane:
+    """The explorer's "this run" pane as a live view's canvas."""
+
+    __slots__ = ("_widget",)
+
+    def __init__(self, widget: ExplorerWidget) -> None:
+        self._widget = widget
+
+    @property
+    def value(self) -> str:
+        return str(self._widget.current)
+
+    @value.setter
+    def value(self, html: str) -> None:
+        self._widget.current = html
+
+
+class DeadlineControl:
+    """The deadline slider, from Python: `value` in seconds, its range and how its readout is written."""
+
+    __slots__ = ("_widget",)
+
+    def __init__(self, widget: ExplorerWidget) -> None:
+        self._widget = widget
+
+    @property
+    def value(self) -> float:
+        return float(self._widget.deadline)
+
+    @value.setter
+    def value(self, seconds: float) -> None:
+        # Clamped as a slider clamps: the range was chosen to hold what the magic was given.
+        self._widget.deadline = min(max(float(seconds), self.min), self.max)
+
+    @property
+    def min(self) -> float:
+        return float(self._widget.deadline_min)
+
+    @property
+    def max(self) -> float:
+        return float(self._widget.deadline_max)
+
+    @property
+    def step(self) -> float:
+        return float(self._widget.deadline_step)
+
+    @property
+    def readout_format(self) -> str:
+        return str(self._widget.deadline_format)
+
+
+class LatencyControl:
+    """One step's latency slider, from Python: `value` in seconds, from 0 to `max`."""
+
+    __slots__ = ("_name", "_widget")
+    min = 0.0
+
+    def __init__(self, widget: ExplorerWidget, name: str) -> None:
+        self._widget = widget
+        self._name = name
+
+    @property
+    def value(self) -> float:
+        return float(self._widget.latency[self._name])
+
+    @value.setter
+    def value(self, seconds: float) -> None:
+        clamped = min(max(float(seconds), self.min), self.max)
+        self._widget.latency = {**self._widget.latency, self._name: clamped}  # a new dict: synced
+
+    @property
+    def max(self) -> float:
+        return float(self._widget.latency_max[self._name])
+
+
+class FailToggle:
+    """One step's "fails" toggle, from Python: `value` is whether the step is made to fail."""
+
+    __slots__ = ("_name", "_widget")
+
+    def __init__(self, widget: ExplorerWidget, name: str) -> None:
+        self._widget = widget
+        self._name = name
+
+    @property
+    def value(self) -> bool:
+        return bool(self._widget.failing[self._name])
+
+    @value.setter
+    def value(self, on: bool) -> None:
+        self._widget.failing = {**self._widget.failing, self._name: bool(on)}
+
+
+class RunButton:
+    """The Run button, from Python: `click()` presses it; `disabled` while a run runs."""
+
+    __slots__ = ("_explorer",)
+
+    def __init__(self, explorer: SagaExplorer) -> None:
+        self._explorer = explorer
+
+    def click(self) -> None:
+        self._explorer._clicked(None)
+
+    @property
+    def disabled(self) -> bool:
+        return bool(self._explorer.widget.running)
 
 
 def _trial_html(trial: Trial) -> str:

@@ -1,8 +1,9 @@
 """A widget shown with a static fallback output after it, which a drawn widget hides.
 
 Where a widget manager draws the widget (JupyterLab, Notebook 7, nbconvert HTML online, from its
-saved state), a hidden ``<style>`` inside the widget hides the fallback. Where none does (nbconvert
-HTML offline, a notebook reopened without widget state, GitHub), the fallback shows: a picture
+saved state), a ``<style>`` added by the widget's front-end code hides the fallback. Where none
+does (nbconvert HTML offline, a notebook reopened without widget state, GitHub), the fallback
+shows: a picture
 (``text/html`` with an ``<img>``, which untrusted notebooks keep) and ``text/plain``. The fallback
 has a display id and is sent again when the widget's state changes in a way worth keeping (a
 finished run), so a saved or exported notebook holds the last state, not the first.
@@ -13,46 +14,64 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import ipywidgets  # type: ignore[import-untyped]
-
-from aegis_nb.notebook.cellsurface import WIDGET_MIME
+from aegis_nb.notebook.mime import WIDGET_MIME, widget_view
 from aegis_nb.notebook.static import Bundle
 
 FALLBACK_CLASS = "aegis-fallback"
+BLANK: Bundle = {"text/plain": ""}
+"""An output with nothing to show: a live fallback before the first redraw and after the end."""
+
+
+def marked(bundle: Bundle, key: str) -> Bundle:
+    """`bundle` with its picture marked as the fallback of the widget whose ``fallback_id`` is `key`."""
+    html = f'<div class="{FALLBACK_CLASS}" data-for="{key}">{bundle["text/html"]}</div>'
+    return {**bundle, "text/html": html}
+
+
+class LiveFallback:
+    """A live widget's fallback output: blank, then each redraw's picture, blank again at the end."""
+
+    __slots__ = ("_handle", "_key")
+
+    def __init__(self, key: str) -> None:
+        from IPython import display as ipython_display
+
+        show: Any = ipython_display.display  # untyped in IPython
+        self._key = key
+        # Blank at first and at the end: nbval compares an output's first form, a saved notebook
+        # holds its last, and both must read the same.
+        self._handle: Any = show(BLANK, raw=True, display_id=True)
+
+    def draw(self, picture: Bundle) -> None:
+        self._handle.update(marked(picture, self._key), raw=True)
+
+    def clear(self) -> None:
+        self._handle.update(BLANK, raw=True)
 
 
 class FallbackOutput:
     """Displays a widget and then `static()` as its fallback; `refresh()` updates every fallback shown.
 
-    `hider` must be one of the widget's children: the invisible widget whose style hides this
-    widget's fallbacks wherever the widget itself is drawn. Its model id keys the fallbacks.
+    `key` is the widget's ``fallback_id``: its front-end code hides the fallbacks marked with it.
     """
 
-    __slots__ = ("_handles", "_static", "hider")
+    __slots__ = ("_handles", "_static", "key")
 
-    def __init__(self, static: Callable[[], Bundle]) -> None:
+    def __init__(self, static: Callable[[], Bundle], key: str) -> None:
         self._static = static
         self._handles: list[Any] = []
-        self.hider = ipywidgets.HTML(layout=ipywidgets.Layout(display="none"))
-        chosen = f'.{FALLBACK_CLASS}[data-for="{self.hider.model_id}"]'
-        # The output around it too, where :has() is known, so no empty gap is left behind.
-        self.hider.value = (
-            f"<style>{chosen}{{display:none}}.jp-OutputArea-child:has({chosen}){{display:none}}</style>"
-        )
+        self.key = key
 
     def fallback(self) -> Bundle:
         """The static state, marked so that a drawn widget can hide it."""
-        bundle = self._static()
-        html = f'<div class="{FALLBACK_CLASS}" data-for="{self.hider.model_id}">{bundle["text/html"]}</div>'
-        return {**bundle, "text/html": html}
+        return marked(self._static(), self.key)
 
     def display(self, widget: Any) -> None:
         """Show `widget` (blank as text: the fallback holds the text), then the fallback, refreshable."""
         from IPython import display as ipython_display
 
         show: Any = ipython_display.display  # untyped in IPython
-        view = widget._repr_mimebundle_() or {}
-        show({WIDGET_MIME: view.get(WIDGET_MIME), "text/plain": ""}, raw=True)
+        show({WIDGET_MIME: widget_view(widget), "text/plain": ""}, raw=True)
         self._handles.append(show(self.fallback(), raw=True, display_id=True))
 
     def refresh(self) -> None:

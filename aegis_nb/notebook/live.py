@@ -12,6 +12,11 @@ that started it has finished, or starts another run itself: a task awaits one `r
 unless the new run is nested in the followed one (run by one of its steps or compensations). Whoever
 awaited the run can also say it is over with `stop()`, as the magics do.
 
+The widget is an anywidget (`DiagramWidget`): the same view in JupyterLab, Notebook 7, VS Code,
+Colab and marimo (where the view is a cell's last expression, ``view``, and runs in other cells
+draw in it). While a run is in progress the front end keeps the diagram in view. Where no widget
+manager exists, the output swap at the end leaves the static picture.
+
 Typical use (what a magic does)::
 
     view = LiveView().show()
@@ -26,10 +31,9 @@ import dataclasses
 import inspect
 import sys
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
-import ipywidgets  # type: ignore[import-untyped]
 
 from aegis_nb.diagram import SequenceBuilder, SequenceModel, render_svg
 from aegis_nb.notebook.coalesce import DEFAULT_INTERVAL, Cancellable, Coalescer, LoopScheduler, Scheduler
@@ -38,6 +42,7 @@ from aegis_nb.notebook.render import live_html
 from aegis_nb.notebook.replay import ReplayView
 from aegis_nb.notebook.static import Bundle, static_bundle
 from aegis_nb.notebook.surface import JupyterSurface, Surface
+from aegis_nb.notebook.widgets import DiagramWidget
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import FINAL_EVENT_TYPES, SagaEvent, SagaStarted, StepStarted
 from aegis_nb.saga.trace import describe
@@ -54,7 +59,8 @@ class LiveView:
     in the flushes, on the event loop, so the saga is not slowed by its own picture. `interval` bounds
     the redraw rate; `scheduler` (clock and timer) and `surface` (where it is displayed) are injectable
     so tests drive time and output by hand. With `static_at_end` the live output becomes the static
-    rendering at the first flush after its run ended; `flush()` does that at once.
+    rendering at the first flush after its run ended; `flush()` does that at once. `canvas` is where
+    the diagram's HTML goes instead of the view's own widget (the explorer's pane).
     """
 
     def __init__(
@@ -65,6 +71,7 @@ class LiveView:
         surface: Surface | None = None,
         log_lines: int = DEFAULT_LOG_LINES,
         static_at_end: bool = True,
+        canvas: Canvas | None = None,
     ) -> None:
         self._run_id: str | None = None
         self._ended = True  # no run followed (none yet, or it ended): the next SagaStarted begins one
@@ -78,17 +85,28 @@ class LiveView:
         self._surface: Surface = surface if surface is not None else JupyterSurface()
         self._static_at_end = static_at_end
         self._live = False  # a live output is on screen and not yet replaced
+        # The front end shows the widget itself (marimo), or the canvas is on screen: no output of
+        # its own to show or swap.
+        self._placed = canvas is not None
         waiting = live_html(self._builder.snapshot(), ["waiting for a saga to start"])
-        self._html = ipywidgets.HTML(value=waiting)
-        self.widget = ipywidgets.VBox([self._html])
-        """The ipywidgets view (a VBox with the CSS class ``aegis-live``)."""
-        self.widget.add_class("aegis-live")
+        # With a canvas of its own the view makes no widget: a widget made outside a cell (by a
+        # button's handler) fails in marimo, and one nobody shows is wasted.
+        self._widget = DiagramWidget(value=waiting) if canvas is None else None
+        self._html: Canvas = canvas if canvas is not None else self.widget
+        self._html.value = waiting
         self._scheduler: Scheduler = scheduler if scheduler is not None else LoopScheduler()
         self._coalescer = Coalescer(self._redraw, interval=interval, scheduler=self._scheduler)
         self._started_at = 0.0  # scheduler time at SagaStarted, for the ticking elapsed time
         self._tick: Cancellable | None = None
 
     # -- showing --------------------------------------------------------------------------------
+
+    @property
+    def widget(self) -> DiagramWidget:
+        """The anywidget view (drawn with the CSS class ``aegis-live``)."""
+        if self._widget is None:
+            self._widget = DiagramWidget(value=self._html.value)
+        return self._widget
 
     def show(self) -> LiveView:
         """Display the live widget as a new output (done automatically when a run starts)."""
@@ -101,6 +119,11 @@ class LiveView:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         return self.widget._repr_mimebundle_(include=include, exclude=exclude)
+
+    def _display_(self) -> DiagramWidget:
+        """What marimo shows for this object: the widget, which every later run then draws in."""
+        self._placed = True
+        return self.widget
 
     # -- observing ------------------------------------------------------------------------------
 
@@ -179,7 +202,7 @@ class LiveView:
         self._builder = SequenceBuilder()
         self._folded = 0
         self._coalescer.defer()  # a run that ends within one interval is drawn once, at its end
-        if not self._live:
+        if not self._live and not self._placed:
             self.show()
 
     def flush(self) -> None:
@@ -205,10 +228,20 @@ class LiveView:
             self._tick = self._scheduler.call_later(TICK, self._coalescer.poke)
         svg = render_svg(model)
         recent = [describe(event) for event in self._events[-self._log_lines :]]
-        self._html.value = live_html(model, recent, earlier=len(self._events) - len(recent), svg=svg)
+        html = live_html(model, recent, earlier=len(self._events) - len(recent), svg=svg)
+        widget = self._widget
+        if widget is not None and self._html is widget:
+            with widget.hold_sync():  # one message: kept in view exactly while its run runs
+                widget.follow = not self._ended and self._run_id is not None
+                widget.value = html
+        else:
+            self._html.value = html
         if self._ended and self._run_id is not None and self._static_at_end and self._live:
             self._surface.replace(static_bundle(model, svg=svg))
             self._live = False
+        elif self._live:
+            # Where no widget manager draws the widget, its fallback output grows instead.
+            self._surface.redraw(lambda: static_bundle(model, svg=svg))
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -235,6 +268,12 @@ class LiveView:
     def replay(self) -> ReplayView:
         """A slider over the last finished run's events (the current run's, if none finished)."""
         return ReplayView(self._finished or tuple(self._events))
+
+
+class Canvas(Protocol):
+    """Where a live view puts its diagram's HTML: anything with a settable ``value``."""
+
+    value: str
 
 
 def _current_task() -> anyio.TaskInfo | None:

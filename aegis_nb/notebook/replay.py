@@ -2,8 +2,9 @@
 
 A saga over fast tools is over in milliseconds, too fast to see it grow; a replay shows it again at
 a human pace: press the play button beside the slider (the front end moves the slider, one event
-per `interval`), or ``await view.play()`` from a cell (the kernel moves it, so it works while the
-cell runs, as in "Run All").
+per `interval`, and the kernel draws each), or ``await view.play()`` from a cell (the kernel moves
+it, so it plays while the cell runs, as in "Run All"). One widget (`ReplayWidget`, an anywidget)
+serves Jupyter's front ends and marimo.
 
 Where no widget can be drawn (nbconvert HTML, GitHub) its output shows the diagram at the point it
 was shown at (the whole run, unless moved from code first), as a picture and text.
@@ -16,13 +17,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
-import ipywidgets  # type: ignore[import-untyped]
 
 from aegis_nb.diagram import fold
 from aegis_nb.notebook.display import current_shell
 from aegis_nb.notebook.fallback import FallbackOutput
 from aegis_nb.notebook.render import live_html
 from aegis_nb.notebook.static import Bundle, static_bundle
+from aegis_nb.notebook.widgets import ReplayWidget
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.trace import describe
@@ -55,42 +56,34 @@ class ReplayView:
         self._shown = False
         self._playing = False
         count = len(self.events)
-        self.slider = ipywidgets.IntSlider(
-            value=count,
-            min=1,
-            max=count,
-            description="event",
-            continuous_update=count <= CONTINUOUS_LIMIT,
-            layout=ipywidgets.Layout(width="min(100%, 560px)"),
-        )
-        # The front end moves the slider itself (jslink): the kernel only redraws.
-        self.play_button = ipywidgets.Play(
-            value=count,
-            min=1,
-            max=count,
+        self.widget = ReplayWidget(
+            position=count,
+            count=count,
             interval=max(1, round(self.interval * 1000)),
-            description="play",
-            show_repeat=False,
+            continuous=count <= CONTINUOUS_LIMIT,
         )
-        self._link = ipywidgets.jslink((self.play_button, "value"), (self.slider, "value"))
-        self._html = ipywidgets.HTML()
-        self._output = FallbackOutput(self.static_bundle)
-        self.widget = ipywidgets.VBox(
-            [self._output.hider, ipywidgets.HBox([self.play_button, self.slider]), self._html]
-        )
-        self.widget.add_class("aegis-replay")
-        self.slider.observe(self._moved, names="value")
+        """The anywidget: the play button, the slider and the diagram."""
+        self._output = FallbackOutput(self.static_bundle, self.widget.fallback_id)
+        self.widget.on_msg(self._message)
+        self.show_until(count)
+
+    @property
+    def position(self) -> int:
+        """How many events the diagram shows (1..n); setting it redraws."""
+        return int(self.widget.position)
+
+    @position.setter
+    def position(self, count: int) -> None:
         self.show_until(count)
 
     def show_until(self, count: int) -> None:
         """Draw the diagram after the first `count` events (clamped to 1..n)."""
-        count = max(1, min(count, len(self.events)))
-        if self.slider.value != count:
-            self.slider.value = count  # observed: draws through _moved
-            return
+        count = max(1, min(int(count), len(self.events)))
         event = self.events[count - 1]
         caption = f"event {count} of {len(self.events)}: {describe(event).strip()}"
-        self._html.value = live_html(fold(self.events[:count]), [caption])
+        with self.widget.hold_sync():  # one message: the slider and the diagram move together
+            self.widget.position = count
+            self.widget.value = live_html(fold(self.events[:count]), [caption])
 
     async def play(self, *, interval: float | None = None) -> None:
         """Show the run growing: from its first event to its last, one every `interval` seconds.
@@ -111,12 +104,14 @@ class ReplayView:
             self._playing = False
         self._output.refresh()
 
-    def _moved(self, change: dict[str, Any]) -> None:
-        self.show_until(int(change["new"]))
+    def _message(self, _: object, content: Any, buffers: object = None) -> None:
+        """The front end moved the slider (by hand, or its play button did)."""
+        if isinstance(content, dict) and isinstance(content.get("position"), int):
+            self.show_until(content["position"])
 
     def static_bundle(self) -> Bundle:
         """The diagram after the slider's event (the whole run while playing), as a picture and text."""
-        shown = len(self.events) if self._playing else self.slider.value
+        shown = len(self.events) if self._playing else self.position
         return static_bundle(fold(self.events[:shown]))
 
     def _ipython_display_(self) -> None:
@@ -125,6 +120,11 @@ class ReplayView:
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         return self.widget._repr_mimebundle_(include=include, exclude=exclude)
+
+    def _display_(self) -> ReplayWidget:
+        """What marimo shows for this object: the widget (marimo draws anywidget, with no fallback)."""
+        self._shown = True
+        return self.widget
 
 
 def _interval(seconds: float) -> float:

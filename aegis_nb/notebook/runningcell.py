@@ -10,7 +10,7 @@ sends a live view's outputs to the cell that was running when it was shown.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -82,6 +82,10 @@ class RunningCellSurface:
         self._header = self._cell.header
         with self._cell.outputs_to(self._header):
             self._inner.show(widget)
+
+    def redraw(self, picture: Callable[[], Bundle]) -> None:
+        with self._cell.outputs_to(self._header):
+            self._inner.redraw(picture)
 
     def replace(self, bundle: Bundle) -> None:
         with self._cell.outputs_to(self._header):
