@@ -2,27 +2,21 @@
 
 `World` stands for the outside world a saga changes: every effect is keyed by the step's idempotency
 key, and undoing is idempotent, so a compensation run twice across a crash changes things once.
-`CrashingJournal` wraps a `SqliteJournal` and "kills the process" at the n-th event: the pending
-rows are dropped, the file is closed, and every later append raises `Crash`, so no step or
-compensation code runs after it, as with a real SIGKILL.
+`CrashingJournal` and `Crash` are `aegis_nb.testing`'s, re-exported: a `SqliteJournal` that "kills the
+process" at the n-th event, so no step or compensation code runs after it, as with a real SIGKILL.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
 
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.saga.definition import StepSpec
-from aegis_nb.saga.durable import SqliteJournal
-from aegis_nb.saga.events import SagaEvent
+from aegis_nb.testing import Crash, CrashingJournal
 
-
-class Crash(BaseException):
-    """The simulated process death; a BaseException, so nothing in the engine handles it."""
+__all__ = ["Act", "Crash", "CrashingJournal", "World"]
 
 
 @dataclass
@@ -89,38 +83,3 @@ class Act:
             self._undo_failures[key] += 1
             raise RuntimeError(f"{self.name} cannot be undone right now")
         self.world.undo(key)
-
-
-class CrashingJournal:
-    """A `SqliteJournal` whose process dies at event number `crash_at` (counted from 0).
-
-    With `after_write`, the event is handed to the journal first (a synced event is then on disk; a
-    ride-along one is still only queued, and lost with the process).
-    """
-
-    def __init__(self, inner: SqliteJournal, crash_at: int, *, after_write: bool = False) -> None:
-        self.inner = inner
-        self.crash_at = crash_at
-        self.after_write = after_write
-        self.count = 0
-        self.crashed = False
-        self.seen: list[SagaEvent] = []
-
-    async def open_run(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
-        await self.inner.open_run(run_id, saga, specs)
-
-    def close_run(self, run_id: str) -> None:
-        self.inner.close_run(run_id)
-
-    async def append(self, event: SagaEvent) -> None:
-        if self.crashed:
-            raise Crash
-        number, self.count = self.count, self.count + 1
-        if number == self.crash_at:
-            if self.after_write:
-                await self.inner.append(event)
-            self.crashed = True
-            self.inner.abandon()
-            raise Crash
-        await self.inner.append(event)
-        self.seen.append(event)

@@ -1,30 +1,19 @@
-"""Steps for engine tests: they record what they were given, and fail or hang on request.
+"""Steps for engine tests: `aegis_nb.testing`'s recording step and call log, under the suite's names.
 
-Also `CheckpointingJournal`, an in-memory journal whose writes await as a real one's do.
+`Recorded` is `RecordingStep` raising `Boom`; `Calls` is `CallLog`. Also the flight, hotel and card
+saga with its rolled-back trail, and `CheckpointingJournal`, an in-memory journal whose writes await
+as a real one's do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import anyio
 import pytest
 
-from aegis_nb import AegisContext, InMemoryJournal, RetryPolicy, SagaEvent
+from aegis_nb import InMemoryJournal, RetryPolicy, SagaEvent
+from aegis_nb.testing import CallLog, InjectedFailure, RecordingStep
 
-
-@dataclass
-class Calls:
-    """Every execute/compensate call in order, with the context it received."""
-
-    log: list[tuple[str, str, AegisContext]] = field(default_factory=list)
-
-    def trail(self) -> list[tuple[str, str]]:
-        return [(what, name) for what, name, _ in self.log]
-
-    def contexts(self, what: str, name: str) -> list[AegisContext]:
-        return [ctx for w, n, ctx in self.log if (w, n) == (what, name)]
+Calls = CallLog
 
 
 ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -34,63 +23,14 @@ NO_WAIT = RetryPolicy(attempts=3, initial_delay=0)
 """Three attempts with no backoff: retries without waiting."""
 
 
-class Boom(Exception):
+class Boom(InjectedFailure):
     """The failure test steps raise."""
 
 
-class Recorded:
-    """A step that stores `{name}_id` in the metadata and records every call.
+class Recorded(RecordingStep):
+    """`RecordingStep` failing with `Boom` (see `aegis_nb.testing.RecordingStep` for its options)."""
 
-    `fail` makes execute raise; `hang` makes it wait forever (for deadlines and cancellation);
-    `compensation_failures` makes the first N compensations raise; `compensation_hangs` makes
-    the first N wait forever, ignoring their deadline (only the engine's backstop ends them).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        calls: Calls,
-        *,
-        fail: str | None = None,
-        hang: bool = False,
-        on_execute: Callable[[], None] | None = None,
-        compensation_failures: int = 0,
-        compensation_hangs: int = 0,
-        in_doubt: bool = False,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        self.name = name
-        self.calls = calls
-        self.fail = fail
-        self.hang = hang
-        self.on_execute = on_execute
-        self.compensation_failures = compensation_failures
-        self.compensation_hangs = compensation_hangs
-        self.in_doubt = in_doubt
-        self.compensation_retry = retry
-        self.timeout = timeout
-
-    async def execute(self, ctx: AegisContext) -> AegisContext:
-        self.calls.log.append(("execute", self.name, ctx))
-        if self.on_execute is not None:
-            self.on_execute()
-        await anyio.lowlevel.checkpoint()
-        if self.hang:
-            await anyio.sleep_forever()
-        if self.fail is not None:
-            raise Boom(self.fail)
-        return ctx.with_metadata({f"{self.name}_id": f"{self.name.upper()}-{ctx.step_index}"})
-
-    async def compensate(self, ctx: AegisContext) -> None:
-        self.calls.log.append(("compensate", self.name, ctx))
-        await anyio.lowlevel.checkpoint()
-        if self.compensation_hangs > 0:
-            self.compensation_hangs -= 1
-            await anyio.sleep_forever()
-        if self.compensation_failures > 0:
-            self.compensation_failures -= 1
-            raise Boom(f"{self.name} cannot be undone yet")
+    failure = Boom
 
 
 def travel(calls: Calls, **card: object) -> list[Recorded]:

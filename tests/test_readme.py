@@ -70,3 +70,12 @@ def test_the_notebook_examples_run_top_to_bottom_in_one_kernel(tmp_path: Path) -
     # The live view ended as its static picture, which a saved notebook keeps.
     pictures = [o.data["text/html"] for o in watch.outputs if "text/html" in o.get("data", {})]
     assert any('<img src="data:image/svg+xml;base64,' in html for html in pictures)
+
+
+def test_testing_your_steps_prints_what_the_readme_says(capsys: pytest.CaptureFixture[str]) -> None:
+    text = section("## Testing your steps")
+    ((_, example),) = FENCE.findall(text)
+    (printed,) = re.findall(r"It prints:\n\n```\n(.*?)```", text, flags=re.S)
+    code = compile(example, "<README>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    asyncio.run(eval(code, {}))
+    assert capsys.readouterr().out == printed
