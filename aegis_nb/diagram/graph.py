@@ -63,7 +63,7 @@ def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> s
             durations[message.step] = message.duration or 0.0
         elif message.kind is MessageKind.COMPENSATE:
             attempts[message.step] = message.attempt
-    status = labels.STATUS_WORDS[model.status]
+    status = labels.status_word(model.status)
     title = f"{printable_line(model.saga or 'saga')} · {status}"
     lines = [
         "digraph saga {",
@@ -87,7 +87,7 @@ def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> s
         else:
             state = lane.state or LaneState.PENDING
             look = LANE_LOOKS[state]
-            detail = look.caption
+            detail = labels.lane_caption(state)
             if lane.first in durations:
                 detail += f" · {labels.duration(durations[lane.first])}"
             if attempts.get(lane.first, 1) > 1:

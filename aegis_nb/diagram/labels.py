@@ -8,30 +8,66 @@ same visible escapes instead of control characters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
+from aegis_nb.diagram.model import LaneState, Message, MessageKind, SequenceModel
+from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
 from aegis_nb.kernel.text import counted
 
-STATUS_WORDS: dict[SagaStatus, str] = {
-    SagaStatus.RUNNING: "running",
-    SagaStatus.COMPENSATING: "rolling back",
-    SagaStatus.COMMITTED: "committed",
-    SagaStatus.ROLLED_BACK: "rolled back",
-    SagaStatus.STUCK: "stuck",
-}
 
-KIND_WORDS: dict[MessageKind, str] = {
-    MessageKind.EXECUTE: "execute()",
-    MessageKind.SUCCEEDED: "ok",
-    MessageKind.FAILED: "failed",
-    MessageKind.TIMED_OUT: "timed out",
-    MessageKind.COMPENSATE: "compensate()",
-    MessageKind.COMPENSATED: "undone",
-    MessageKind.COMPENSATION_FAILED: "compensation failed",
-}
+def status_word(status: SagaStatus) -> str:
+    """``rolled back``: how a run's status is shown (upper-cased on the SVG's pill and in text)."""
+    match status:
+        case SagaStatus.RUNNING:
+            return phrases.RUNNING
+        case SagaStatus.COMPENSATING:
+            return phrases.ROLLING_BACK
+        case SagaStatus.COMMITTED:
+            return phrases.COMMITTED
+        case SagaStatus.ROLLED_BACK:
+            return phrases.ROLLED_BACK
+        case SagaStatus.STUCK:
+            return phrases.STUCK
+
+
+def kind_word(kind: MessageKind) -> str:
+    """``undone``: what an arrow of this kind is, as a folded row counts them."""
+    match kind:
+        case MessageKind.EXECUTE:
+            return phrases.EXECUTE
+        case MessageKind.SUCCEEDED:
+            return phrases.OK
+        case MessageKind.FAILED:
+            return phrases.FAILED
+        case MessageKind.TIMED_OUT:
+            return phrases.TIMED_OUT
+        case MessageKind.COMPENSATE:
+            return phrases.COMPENSATE
+        case MessageKind.COMPENSATED:
+            return phrases.UNDONE
+        case MessageKind.COMPENSATION_FAILED:
+            return phrases.COMPENSATION_FAILED
+
+
+def lane_caption(state: LaneState) -> str:
+    """``↩ undone``: a step's state, under its name on the lane head (SVG) or its node (DOT)."""
+    match state:
+        case LaneState.PENDING:
+            return phrases.PENDING
+        case LaneState.RUNNING:
+            return f"{phrases.RUNNING}…"
+        case LaneState.SUCCEEDED:
+            return f"✓ {phrases.DONE}"
+        case LaneState.FAILED:
+            return f"✗ {phrases.FAILED}"
+        case LaneState.TIMED_OUT:
+            return f"◷ {phrases.TIMED_OUT}"
+        case LaneState.COMPENSATING:
+            return f"{phrases.UNDOING}…"
+        case LaneState.COMPENSATED:
+            return f"↩ {phrases.UNDONE}"
+        case LaneState.STUCK:
+            return f"⚠ {phrases.NOT_UNDONE}"
 
 
 def duration(seconds: float) -> str:
@@ -52,8 +88,13 @@ def clip(text: str, limit: int) -> str:
 def error_text(error: ErrorInfo | None) -> str:
     """``ValueError: Card Declined!`` as one printable line."""
     if error is None:
-        return "failed"
+        return phrases.FAILED
     return printable_line(f"{error.type}: {error.message}" if error.message else error.type)
+
+
+def budget_text(budget: float | None) -> str:
+    """`` (budget 400.0 ms)``, or nothing when the budget is not known."""
+    return "" if budget is None else f" ({phrases.BUDGET} {duration(budget)})"
 
 
 def message_label(message: Message) -> str:
@@ -61,31 +102,33 @@ def message_label(message: Message) -> str:
     took = "" if message.duration is None else f" · {duration(message.duration)}"
     match message.kind:
         case MessageKind.EXECUTE:
-            return "execute()"
+            return phrases.EXECUTE
         case MessageKind.SUCCEEDED:
-            return f"ok{took}"
+            return f"{phrases.OK}{took}"
         case MessageKind.FAILED:
             if message.failure in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
                 return f"✗ {message.failure.value}{took}"
             return f"✗ {error_text(message.error)}{took}"
         case MessageKind.TIMED_OUT:
-            budget = "" if message.budget is None else f" (budget {duration(message.budget)})"
-            return f"◷ timed out{took}{budget}"
+            return f"◷ {phrases.TIMED_OUT}{took}{budget_text(message.budget)}"
         case MessageKind.COMPENSATE:
-            return "compensate()" if message.attempt == 1 else f"compensate() · attempt {message.attempt}"
+            again = "" if message.attempt == 1 else f" · attempt {message.attempt}"
+            return f"{phrases.COMPENSATE}{again}"
         case MessageKind.COMPENSATED:
-            return f"undone{took}"
+            return f"{phrases.UNDONE}{took}"
         case MessageKind.COMPENSATION_FAILED:
             then = (
-                "retrying" if message.will_retry else f"gave up after {counted(message.attempt, 'attempt')}"
+                phrases.RETRYING
+                if message.will_retry
+                else f"{phrases.GAVE_UP} after {counted(message.attempt, 'attempt')}"
             )
-            return f"✗ undo failed: {error_text(message.error)}{took} · {then}"
+            return f"✗ {phrases.UNDO_FAILED}: {error_text(message.error)}{took} · {then}"
     raise AssertionError(message.kind)  # pragma: no cover
 
 
 def fold_label(count: int, kinds: tuple[tuple[MessageKind, int], ...]) -> str:
     """A folded row, e.g. ``⋯ 1880 arrows folded: 940 execute(), 940 ok``."""
-    parts = ", ".join(f"{n} {KIND_WORDS[kind]}" for kind, n in kinds)
+    parts = ", ".join(f"{n} {kind_word(kind)}" for kind, n in kinds)
     return f"⋯ {count} arrows folded: {parts}"
 
 
@@ -94,7 +137,7 @@ def headline(model: SequenceModel) -> str:
     n = len(model.steps)
     parts = [counted(n, "step"), duration(model.elapsed)]
     if model.has_deadline:
-        parts.append(f"deadline {duration(model.deadline - model.started)}")
+        parts.append(f"{phrases.DEADLINE} {duration(model.deadline - model.started)}")
     parts.append(f"run {printable(model.run_id[:8])}")  # a caller may choose the run id
     return " · ".join(parts)
 
@@ -108,7 +151,7 @@ def cause_line(model: SequenceModel) -> str | None:
         budgets = [
             m.budget for m in model.messages if m.kind is MessageKind.TIMED_OUT and m.budget is not None
         ]
-        return f"{where}timed out" + (f" (budget {duration(budgets[-1])})" if budgets else "")
+        return f"{where}{phrases.TIMED_OUT}{budget_text(budgets[-1] if budgets else None)}"
     if model.failure in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
         assert model.failure is not None
         return f"{where}{model.failure.value}"
@@ -118,38 +161,17 @@ def cause_line(model: SequenceModel) -> str | None:
 _LISTED = 8  # names listed in a summary before it says "N steps, first … last"
 
 
-def names(items: Sequence[object]) -> str:
-    """``A, B, C``, or ``1000 steps: A, B … Z`` when there are too many to list."""
-    if len(items) <= _LISTED:
-        return ", ".join(printable_line(str(item)) for item in items)
-    first, second, last = (printable_line(str(item)) for item in (items[0], items[1], items[-1]))
-    return f"{len(items)} steps: {first}, {second} … {last}"
-
-
 def summary(model: SequenceModel) -> str:
-    """One line a person can act on: like `SagaReport.summary`, with long step lists shortened."""
-    report = model.report
-    if report is not None:
-        reason = str(report.cause) if report.cause is not None else "failed"
-        undone = names(report.compensated) or "nothing to undo"
-        if not report.compensation_failures:
-            return f"{reason} — rolled back: {undone}"
-        standing = "; ".join(
-            f"{printable_line(f.step)} ({f.error}, after {counted(f.attempts, 'attempt')})"
-            for f in report.compensation_failures[:_LISTED]
-        )
-        more = len(report.compensation_failures) - _LISTED
-        if more > 0:
-            standing += f"; and {more} more"
-        return f"{reason} — could not undo: {standing} — rolled back: {undone}"
-    if model.status is SagaStatus.COMMITTED:
-        return f"committed: {names(model.steps)}"
+    """One line a person can act on: the run's `SagaReport.summary` once it finished, shortened to
+    fit a picture; what it is doing while it runs."""
+    if model.report is not None:
+        return model.report.summary(at_most=_LISTED)
     if not model.run_id:
-        return "waiting for a saga to start"
+        return phrases.WAITING
     if model.status is SagaStatus.COMPENSATING:
-        return f"rolling back: {cause_line(model)}"
+        return f"{phrases.ROLLING_BACK}: {cause_line(model)}"
     running = [m.step for m in model.messages if m.kind is MessageKind.EXECUTE]
     if not running:
-        return "started"
+        return phrases.STARTED
     index = running[-1]
-    return f"running step {index + 1} of {len(model.steps)}: {printable_line(model.steps[index])}"
+    return f"{phrases.RUNNING} step {index + 1} of {len(model.steps)}: {printable_line(model.steps[index])}"

@@ -17,6 +17,7 @@ import re
 
 from aegis_nb.diagram import labels
 from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
+from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable_line
 from aegis_nb.kernel.report import FailureKind, SagaStatus
 
@@ -55,12 +56,14 @@ def render_mermaid(model: SequenceModel) -> str:
             standing = ", ".join(
                 f"S{model.report.steps.index(name) + 1}" for name in model.report.left_standing
             )
-            lines.append(f"        Note over E: Stuck - not undone {text(standing)}")
+            stuck = f"{phrases.STUCK.capitalize()} - {phrases.NOT_UNDONE}"
+            lines.append(f"        Note over E: {stuck} {text(standing)}")
         lines.append("    end")
     return "\n".join(lines) + "\n"
 
 
 def _open_rollback() -> list[str]:
+    # The documentation page's own note, word for word (not `phrases.ROLLBACK_TRIGGERED`).
     return ["", f"    rect {ROLLBACK_COLOUR}", "        Note over E: Rollback Triggered"]
 
 
@@ -69,26 +72,25 @@ def _arrow(message: Message) -> str | None:
     step = f"S{message.step + 1}"
     match message.kind:
         case MessageKind.EXECUTE:
-            return f"E->>{step}: execute()"
+            return f"E->>{step}: {phrases.EXECUTE}"
         case MessageKind.SUCCEEDED:
             return f"{step}-->>E: Success"
         case MessageKind.FAILED:
             if message.failure in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
                 assert message.failure is not None
                 return f"{step}-->>E: Fails ({message.failure.value})"
-            reason = message.error.message or message.error.type if message.error else "failed"
+            reason = message.error.message or message.error.type if message.error else phrases.FAILED
             return f"{step}-->>E: Fails ({text(labels.clip(reason, 80))})"
         case MessageKind.TIMED_OUT:
-            budget = "" if message.budget is None else f" (budget {labels.duration(message.budget)})"
-            return f"{step}-->>E: Times out{budget}"
+            return f"{step}-->>E: Times out{labels.budget_text(message.budget)}"
         case MessageKind.COMPENSATE:
             again = "" if message.attempt == 1 else f" (attempt {message.attempt})"
-            return f"E->>{step}: compensate(){again}"
+            return f"E->>{step}: {phrases.COMPENSATE}{again}"
         case MessageKind.COMPENSATED:
             return None
         case MessageKind.COMPENSATION_FAILED:
             error = message.error
-            reason = text(labels.clip((error.message or error.type) if error else "failed", 80))
-            then = "will retry" if message.will_retry else "gave up"
+            reason = text(labels.clip((error.message or error.type) if error else phrases.FAILED, 80))
+            then = phrases.WILL_RETRY if message.will_retry else phrases.GAVE_UP
             return f"{step}--xE: Compensation fails ({reason}), {then}"
     raise AssertionError(message.kind)  # pragma: no cover

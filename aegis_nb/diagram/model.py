@@ -84,6 +84,7 @@ class SequenceModel:
 
     `rollback_at` is the number of messages drawn before the rollback box (``None`` while the run
     has not failed). Times are on the engine's loop clock; `elapsed` is from start to last event.
+    `report` is the run's report once it finished (``None`` before).
     """
 
     run_id: str
@@ -281,12 +282,14 @@ class SequenceBuilder:
         )
 
     def _committed(self, event: SagaCommitted) -> None:
-        self._status = SagaStatus.COMMITTED
+        self._status = event.status
+        # The event carries no report: a committed run's is every step, succeeded.
+        self._report = SagaReport(self._run_id, self._saga, event.status, self._steps, succeeded=self._steps)
 
     def _rolled_back(self, event: SagaRolledBackEvent | SagaStuck) -> None:
         self._enter_rollback()
         self._report = event.report
-        self._status = SagaStatus.STUCK if isinstance(event, SagaStuck) else SagaStatus.ROLLED_BACK
+        self._status = event.status
         if self._cause is None:
             # Failed between steps (a sink or journal error): only the report knows why.
             self._failure, self._cause = event.report.failure_kind, event.report.cause

@@ -19,6 +19,7 @@ from aegis_nb.diagram import labels
 from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, DEFAULT_MAX_ROWS, Lane, LaneKind, Row, RowKind, layout
 from aegis_nb.diagram.metrics import fit, text_width, wrap
 from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
+from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.kernel.text import counted
@@ -42,7 +43,7 @@ ARROW_COLOURS: dict[MessageKind, str] = {
 
 @dataclass(frozen=True, slots=True)
 class LaneLook:
-    """A lane head's colours: `ink` for the name, `caption_ink` for the state under it.
+    """A lane head's colours: `ink` for the name, `caption_ink` for its state (`labels.lane_caption`).
 
     Both read at 4.5:1 or more on `fill` (WCAG AA for small text); the border (`stroke`) may be lighter.
     """
@@ -50,19 +51,18 @@ class LaneLook:
     fill: str
     stroke: str
     ink: str
-    caption: str
     caption_ink: str
 
 
 LANE_LOOKS: dict[LaneState, LaneLook] = {
-    LaneState.PENDING: LaneLook("#f8fafc", "#cbd5e1", "#64748b", "pending", "#64748b"),
-    LaneState.RUNNING: LaneLook("#dbeafe", "#2563eb", "#1e3a8a", "running…", "#1d4ed8"),
-    LaneState.SUCCEEDED: LaneLook("#dcfce7", "#16a34a", "#14532d", "✓ done", "#15803d"),
-    LaneState.FAILED: LaneLook("#fee2e2", "#dc2626", "#7f1d1d", "✗ failed", "#b91c1c"),
-    LaneState.TIMED_OUT: LaneLook("#ffedd5", "#ea580c", "#7c2d12", "◷ timed out", "#c2410c"),
-    LaneState.COMPENSATING: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "undoing…", "#6d28d9"),
-    LaneState.COMPENSATED: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "↩ undone", "#6d28d9"),
-    LaneState.STUCK: LaneLook("#ffe4e6", "#9f1239", "#881337", "⚠ not undone", "#9f1239"),
+    LaneState.PENDING: LaneLook("#f8fafc", "#cbd5e1", "#64748b", "#64748b"),
+    LaneState.RUNNING: LaneLook("#dbeafe", "#2563eb", "#1e3a8a", "#1d4ed8"),
+    LaneState.SUCCEEDED: LaneLook("#dcfce7", "#16a34a", "#14532d", "#15803d"),
+    LaneState.FAILED: LaneLook("#fee2e2", "#dc2626", "#7f1d1d", "#b91c1c"),
+    LaneState.TIMED_OUT: LaneLook("#ffedd5", "#ea580c", "#7c2d12", "#c2410c"),
+    LaneState.COMPENSATING: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "#6d28d9"),
+    LaneState.COMPENSATED: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "#6d28d9"),
+    LaneState.STUCK: LaneLook("#ffe4e6", "#9f1239", "#881337", "#9f1239"),
 }
 
 STATUS_COLOURS: dict[SagaStatus, str] = {
@@ -181,7 +181,7 @@ class _Drawing:
 
     def _aria(self) -> str:
         title = printable_line(self.model.saga or "saga")
-        return f"{title}: {labels.STATUS_WORDS[self.model.status]} — {labels.summary(self.model)}"
+        return f"{title}: {labels.status_word(self.model.status)} — {labels.summary(self.model)}"
 
     def _defs(self) -> str:
         markers = "".join(
@@ -194,7 +194,7 @@ class _Drawing:
 
     def _header(self) -> list[str]:
         model = self.model
-        status = labels.STATUS_WORDS[model.status]
+        status = labels.status_word(model.status)
         colour = STATUS_COLOURS[model.status]
         pill_w = len(status) * 8.2 + 24
         pill_x = self.width - PAD - pill_w
@@ -244,7 +244,7 @@ class _Drawing:
             assert lane.state is not None
             look = LANE_LOOKS[lane.state]
             fill, stroke, ink, ink2 = look.fill, look.stroke, look.ink, look.caption_ink
-            caption = f"{lane.first + 1} · {look.caption}"
+            caption = f"{lane.first + 1} · {labels.lane_caption(lane.state)}"
         border = ' stroke-dasharray="4 3"' if lane.kind is LaneKind.FOLD else ""
         state = f' data-state="{lane.state.name.lower()}"' if lane.state is not None else ""
         return (
@@ -283,7 +283,7 @@ class _Drawing:
             f'width="{self.width - PAD - ROLLBACK_LEFT - 6}" height="{self.rows_bottom - top + 2}" rx="10" '
             f'fill="#fee2e2" fill-opacity="0.45" stroke="#f87171" stroke-width="1.5"/>'
             f'<text x="{self.width - PAD - 14}" y="{top + 12}" font-size="11" font-weight="700" '
-            f'fill="#b91c1c" text-anchor="end" letter-spacing="1">ROLLBACK</text>'
+            f'fill="#b91c1c" text-anchor="end" letter-spacing="1">{phrases.ROLLBACK.upper()}</text>'
         )
         # Under everything: the box, then the activation bars, then arrows and their labels.
         return [
@@ -323,7 +323,7 @@ class _Drawing:
 
     def _rollback_note(self, top: int) -> str:
         """The note over the engine's lifeline, moved right as far as it takes to sit inside the box."""
-        text = "⟲ Rollback triggered"
+        text = f"⟲ {phrases.ROLLBACK_TRIGGERED}"
         w = len(text) * 7.2 + 24
         left = max(self.x(0) - w / 2, ROLLBACK_LEFT + 8)
         cx = left + w / 2

@@ -19,6 +19,7 @@ from aegis_nb.diagram.layout import (
     layout,
 )
 from aegis_nb.diagram.model import SequenceModel
+from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable_line
 
 _NAME_LIMIT = 28
@@ -30,9 +31,9 @@ def render_text(
     """The whole run as text, ending with a newline: no control character but the line ends, and
     valid UTF-8 (lone surrogates become U+FFFD)."""
     if not model.run_id:
-        return "(no saga has started yet)\n"
+        return f"({phrases.NOT_STARTED})\n"
     plan = layout(model, max_lanes=max_lanes, max_rows=max_rows)
-    status = labels.STATUS_WORDS[model.status].upper()
+    status = labels.status_word(model.status).upper()
     # A saga name or an error may span lines (a validation error does): each row stays one line.
     lines = [printable_line(f"{model.saga} — {status} · {labels.headline(model)}")]
     cause = labels.cause_line(model)
@@ -44,7 +45,7 @@ def render_text(
     bar = "  "
     for row, name in zip(plan.rows, names, strict=True):
         if row.kind is RowKind.ROLLBACK:
-            lines.append("┌─ ⟲ Rollback triggered")
+            lines.append(f"┌─ ⟲ {phrases.ROLLBACK_TRIGGERED}")
             bar = "│ "
             continue
         lines.append(f"{bar}{_row(model, row, name, width)}".rstrip())

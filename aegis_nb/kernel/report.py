@@ -12,6 +12,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from aegis_nb.kernel import phrases
 from aegis_nb.kernel.errors import is_refusal
 from aegis_nb.kernel.printable import printable_line
 from aegis_nb.kernel.scrubbing import exception_text, scrub
@@ -94,20 +95,26 @@ class SagaReport:
         """Steps whose effects could not be undone."""
         return tuple(failure.step for failure in self.compensation_failures)
 
-    def summary(self) -> str:
-        """One line a person can act on, e.g. ``Card Declined! — rolled back: ReserveHotel, BookFlight``."""
+    def summary(self, *, at_most: int | None = None) -> str:
+        """One line a person can act on, e.g. ``Card Declined! — rolled back: ReserveHotel, BookFlight``.
+
+        `at_most` shortens it for a picture: longer step lists as ``1000 steps: A, B … Z``, and
+        the compensation failures past that many as ``; and 3 more``.
+        """
         # Names and error text are untrusted (an upstream tool's message): shown, never obeyed.
         if self.status is SagaStatus.COMMITTED:
-            return f"committed: {_listed(self.steps)}"
-        reason = str(self.cause) if self.cause is not None else "failed"
-        undone = _listed(self.compensated) or "nothing to undo"
+            return f"{phrases.COMMITTED}: {phrases.listed(self.steps, at_most)}"
+        reason = str(self.cause) if self.cause is not None else phrases.FAILED
+        undone = phrases.listed(self.compensated, at_most) or phrases.NOTHING_TO_UNDO
         if not self.compensation_failures:
-            return f"{reason} — rolled back: {undone}"
+            return f"{reason} — {phrases.ROLLED_BACK}: {undone}"
+        shown = self.compensation_failures[:at_most]
         standing = "; ".join(
-            f"{printable_line(f.step)} ({f.error}, after {counted(f.attempts, 'attempt')})"
-            for f in self.compensation_failures
+            f"{printable_line(f.step)} ({f.error}, after {counted(f.attempts, 'attempt')})" for f in shown
         )
-        return f"{reason} — could not undo: {standing} — rolled back: {undone}"
+        if len(shown) < len(self.compensation_failures):
+            standing += f"; and {len(self.compensation_failures) - len(shown)} more"
+        return f"{reason} — {phrases.COULD_NOT_UNDO}: {standing} — {phrases.ROLLED_BACK}: {undone}"
 
     def to_json(self) -> dict[str, object]:
         """The report as JSON data (for MCP structured content and journals).
@@ -138,7 +145,3 @@ class SagaReport:
                 for f in self.compensation_failures
             ],
         }
-
-
-def _listed(names: Iterable[str]) -> str:
-    return ", ".join(printable_line(name) for name in names)

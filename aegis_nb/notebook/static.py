@@ -25,7 +25,7 @@ from aegis_nb.diagram import (
     render_svg,
     render_text,
 )
-from aegis_nb.diagram.labels import STATUS_WORDS, summary
+from aegis_nb.diagram.labels import status_word, summary
 from aegis_nb.kernel.text import replace_surrogates
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.outcome import SagaRun
@@ -57,7 +57,7 @@ def static_bundle(model: SequenceModel, *, svg: str | None = None) -> Bundle:
 
     `svg` is `render_svg(model)` when the caller already has it.
     """
-    alt = f"{model.saga}: {STATUS_WORDS[model.status]} — {summary(model)}"
+    alt = f"{model.saga}: {status_word(model.status)} — {summary(model)}"
     picture = render_svg(model) if svg is None else svg
     return _utf8({"text/html": img_html(picture, alt), "text/plain": render_text(model)})
 

@@ -2,19 +2,20 @@
 
 Every event carries the run id, a per-run sequence number (0, 1, 2, ...) and the loop-clock time.
 Consumers match on the classes (`match event: case StepFailed(...)`), never on strings; the journal,
-the live view and the MCP progress reporter are all sinks of these.
+the live view and the MCP progress reporter are all sinks of these. A run ends with one final event
+(`FinalEvent`), which says the status it leaves the run in.
 """
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from dataclasses import dataclass
+from typing import ClassVar, TypeAlias, TypeGuard
 
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.records import record
-from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaReport
+from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaReport, SagaStatus
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class EventBase:
     """Fields every event has."""
 
@@ -23,7 +24,7 @@ class EventBase:
     time: float
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SagaStarted(EventBase):
     """A run began; `steps` are the display names in order, `deadline` is absolute (inf: none).
 
@@ -36,7 +37,7 @@ class SagaStarted(EventBase):
     context: AegisContext
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class StepEvent(EventBase):
     """Fields every step-level event has."""
 
@@ -44,12 +45,12 @@ class StepEvent(EventBase):
     step: str
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class StepStarted(StepEvent):
     """A step's execute() was called."""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class StepSucceeded(StepEvent):
     """A step's execute() returned; `context` is the snapshot its compensation will receive."""
 
@@ -57,7 +58,7 @@ class StepSucceeded(StepEvent):
     context: AegisContext
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class StepFailed(StepEvent):
     """A step's execute() raised, returned a bad value, or was cancelled/interrupted."""
 
@@ -66,7 +67,7 @@ class StepFailed(StepEvent):
     error: ErrorInfo
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class StepTimedOut(StepEvent):
     """A step ran past its deadline; `budget` is the time it was given."""
 
@@ -75,14 +76,14 @@ class StepTimedOut(StepEvent):
     error: ErrorInfo
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class CompensationStarted(StepEvent):
     """Attempt number `attempt` (from 1) of a step's compensate() began."""
 
     attempt: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class CompensationSucceeded(StepEvent):
     """A step's compensate() returned: its effect is undone."""
 
@@ -90,7 +91,7 @@ class CompensationSucceeded(StepEvent):
     duration: float
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class CompensationFailed(StepEvent):
     """A compensate() attempt failed; `will_retry` says whether another attempt follows."""
 
@@ -100,16 +101,18 @@ class CompensationFailed(StepEvent):
     will_retry: bool
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SagaCommitted(EventBase):
     """Every step succeeded; `context` is the final one."""
+
+    status: ClassVar[SagaStatus] = SagaStatus.COMMITTED
 
     saga: str
     duration: float
     context: AegisContext
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SagaRolledBackEvent(EventBase):
     """The run failed and every completed step was compensated: it ended rolled back.
 
@@ -117,14 +120,18 @@ class SagaRolledBackEvent(EventBase):
     gets. Called ``SagaCompensated`` in 0.1.0: journals hold that name, and decode it as this.
     """
 
+    status: ClassVar[SagaStatus] = SagaStatus.ROLLED_BACK
+
     saga: str
     duration: float
     report: SagaReport
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SagaStuck(EventBase):
     """The run failed and some compensation could not be completed: see `report.left_standing`."""
+
+    status: ClassVar[SagaStatus] = SagaStatus.STUCK
 
     saga: str
     duration: float
@@ -160,4 +167,17 @@ EVENT_TYPES: tuple[type[EventBase], ...] = (
     SagaStuck,
 )
 
-FINAL_EVENT_TYPES: tuple[type[EventBase], ...] = (SagaCommitted, SagaRolledBackEvent, SagaStuck)
+FinalEvent: TypeAlias = SagaCommitted | SagaRolledBackEvent | SagaStuck
+"""The events that end a run, each with the `status` it leaves the run in (`SagaStatus.is_final`)."""
+
+FINAL_EVENT_TYPES: tuple[type[SagaCommitted], type[SagaRolledBackEvent], type[SagaStuck]] = (
+    SagaCommitted,
+    SagaRolledBackEvent,
+    SagaStuck,
+)
+"""The classes of `FinalEvent`, for ``isinstance``."""
+
+
+def is_final(event: SagaEvent) -> TypeGuard[FinalEvent]:
+    """Whether `event` ends its run: nothing follows it, and `event.status` is where the run stands."""
+    return isinstance(event, FINAL_EVENT_TYPES)

@@ -54,9 +54,9 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
             case CompensationFailed(will_retry=False):
                 failures.append(CompensationFailure(event.step, event.attempt, event.error))
             case SagaCommitted():
-                status = SagaStatus.COMMITTED
+                status = event.status
             case SagaRolledBackEvent() | SagaStuck():
-                status = SagaStatus.STUCK if isinstance(event, SagaStuck) else SagaStatus.ROLLED_BACK
+                status = event.status
                 if failed is None:
                     # Failed between steps (a sink or journal error): only the final report knows why.
                     kind, cause = event.report.failure_kind, event.report.cause

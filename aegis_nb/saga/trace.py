@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable_line
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -36,36 +37,37 @@ def _flat(text: object) -> str:
 
 
 def describe(event: SagaEvent) -> str:
-    """A one-line, secret-free description of `event`."""
+    """A one-line, secret-free description of `event`, in the words of `phrases`."""
     match event:
         case SagaStarted():
-            limit = "no deadline" if event.deadline == math.inf else "deadline set"
+            limit = phrases.NO_DEADLINE if event.deadline == math.inf else phrases.DEADLINE_SET
             steps = " -> ".join(map(_flat, event.steps))
-            return f"saga {_flat(event.saga)} started: {steps} ({limit})"
+            return f"saga {_flat(event.saga)} {phrases.STARTED}: {steps} ({limit})"
         case StepStarted():
-            return f"  -> {_flat(event.step)}.execute()"
+            return f"  -> {_flat(event.step)}.{phrases.EXECUTE}"
         case StepSucceeded():
-            return f"  <- {_flat(event.step)} ok ({_ms(event.duration)})"
+            return f"  <- {_flat(event.step)} {phrases.OK} ({_ms(event.duration)})"
         case StepFailed():
             error = _flat(event.error)
             return f"  x  {_flat(event.step)} {event.kind.value}: {error} ({_ms(event.duration)})"
         case StepTimedOut():
-            budget = _ms(event.budget)
-            return f"  x  {_flat(event.step)} timed out after {_ms(event.duration)} (budget {budget})"
+            took, budget = _ms(event.duration), _ms(event.budget)
+            return f"  x  {_flat(event.step)} {phrases.TIMED_OUT} after {took} ({phrases.BUDGET} {budget})"
         case CompensationStarted():
             again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
-            return f"  <~ {_flat(event.step)}.compensate(){again}"
+            return f"  <~ {_flat(event.step)}.{phrases.COMPENSATE}{again}"
         case CompensationSucceeded():
-            return f"  ~> {_flat(event.step)} undone ({_ms(event.duration)})"
+            return f"  ~> {_flat(event.step)} {phrases.UNDONE} ({_ms(event.duration)})"
         case CompensationFailed():
-            then = "will retry" if event.will_retry else "giving up"
-            return f"  !! {_flat(event.step)} compensation failed: {_flat(event.error)} ({then})"
+            then = phrases.WILL_RETRY if event.will_retry else phrases.GIVING_UP
+            failed = phrases.COMPENSATION_FAILED
+            return f"  !! {_flat(event.step)} {failed}: {_flat(event.error)} ({then})"
         case SagaCommitted():
-            return f"saga {_flat(event.saga)} committed in {_ms(event.duration)}"
+            return f"saga {_flat(event.saga)} {phrases.COMMITTED} in {_ms(event.duration)}"
         case SagaRolledBackEvent():
             summary = _flat(event.report.summary())
-            return f"saga {_flat(event.saga)} rolled back in {_ms(event.duration)}: {summary}"
+            return f"saga {_flat(event.saga)} {phrases.ROLLED_BACK} in {_ms(event.duration)}: {summary}"
         case SagaStuck():
             summary = _flat(event.report.summary())
-            return f"saga {_flat(event.saga)} STUCK after {_ms(event.duration)}: {summary}"
+            return f"saga {_flat(event.saga)} {phrases.STUCK.upper()} after {_ms(event.duration)}: {summary}"
     raise TypeError(f"not a saga event: {event!r}")  # pragma: no cover

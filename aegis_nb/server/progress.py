@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 from mcp.server.context import ServerRequestContext
 
+from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable_line
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -81,7 +82,8 @@ def _sends_no_progress(dispatch: object) -> bool:
 
 
 def progress_message(event: SagaEvent, total_steps: int) -> str:
-    """The human-readable progress line for one event, with no control character (`printable_line`)."""
+    """The human-readable progress line for one event, in the words of `phrases`, with no control
+    character (`printable_line`)."""
     return printable_line(_words(event, total_steps))
 
 
@@ -90,30 +92,30 @@ def _words(event: SagaEvent, total_steps: int) -> str:
         where = f"step {event.index + 1} of {total_steps}"
         match event:
             case StepStarted():
-                return f"{where}: executing {event.step}"
+                return f"{where}: {phrases.EXECUTING} {event.step}"
             case StepSucceeded():
-                return f"{where}: {event.step} done"
+                return f"{where}: {event.step} {phrases.DONE}"
             case StepFailed():
-                return f"{where}: {event.step} failed: {event.error}"
+                return f"{where}: {event.step} {phrases.FAILED}: {event.error}"
             case StepTimedOut():
-                return f"{where}: {event.step} timed out"
+                return f"{where}: {event.step} {phrases.TIMED_OUT}"
             case CompensationStarted():
                 again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
-                return f"compensating {event.step}{again}"
+                return f"{phrases.COMPENSATING} {event.step}{again}"
             case CompensationSucceeded():
-                return f"{event.step} undone"
+                return f"{event.step} {phrases.UNDONE}"
             case CompensationFailed():
-                then = "will retry" if event.will_retry else "giving up"
-                return f"compensating {event.step} failed: {event.error} ({then})"
+                then = phrases.WILL_RETRY if event.will_retry else phrases.GIVING_UP
+                return f"{phrases.COMPENSATING} {event.step} {phrases.FAILED}: {event.error} ({then})"
     match event:
         case SagaStarted():
-            return f"{event.saga} started: {' -> '.join(event.steps)}"
+            return f"{event.saga} {phrases.STARTED}: {' -> '.join(event.steps)}"
         case SagaCommitted():
-            return f"{event.saga} committed"
+            return f"{event.saga} {phrases.COMMITTED}"
         case SagaRolledBackEvent():
-            return f"{event.saga} rolled back: {event.report.summary()}"
+            return f"{event.saga} {phrases.ROLLED_BACK}: {event.report.summary()}"
         case SagaStuck():
-            return f"{event.saga} STUCK: {event.report.summary()}"
+            return f"{event.saga} {phrases.STUCK.upper()}: {event.report.summary()}"
     raise TypeError(f"not a saga event: {event!r}")  # pragma: no cover
 
 

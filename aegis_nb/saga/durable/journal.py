@@ -35,13 +35,13 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 import anyio
 import anyio.lowlevel
 
-from aegis_nb.kernel.records import builder, record
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.saga.definition import StepSpec
@@ -53,12 +53,10 @@ from aegis_nb.saga.durable.locator import StepLocator, StepResolver, one_object_
 from aegis_nb.saga.durable.runs import JournaledRun, decode_run, encode_steps
 from aegis_nb.saga.durable.store import EventRow, JournalFile, NewRun, RecoveryMark, Row, RunInfo
 from aegis_nb.saga.events import (
+    FINAL_EVENT_TYPES,
     CompensationStarted,
-    SagaCommitted,
     SagaEvent,
-    SagaRolledBackEvent,
     SagaStarted,
-    SagaStuck,
     StepFailed,
     StepStarted,
     StepSucceeded,
@@ -69,11 +67,8 @@ _STATUS: Mapping[type, SagaStatus] = {
     StepFailed: SagaStatus.COMPENSATING,
     StepTimedOut: SagaStatus.COMPENSATING,
     CompensationStarted: SagaStatus.COMPENSATING,
-    SagaCommitted: SagaStatus.COMMITTED,
-    SagaRolledBackEvent: SagaStatus.ROLLED_BACK,
-    SagaStuck: SagaStatus.STUCK,
+    **{final: final.status for final in FINAL_EVENT_TYPES},
 }
-_new_event_row = builder(EventRow)  # two rows per step: the fast constructor
 
 
 class Durability(enum.IntEnum):
@@ -87,7 +82,7 @@ class Durability(enum.IntEnum):
     """Committed and fsynced: survives a power loss."""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class _LiveRun:
     """What the journal must know of a run in progress: its in-doubt steps and its last step."""
 
@@ -220,7 +215,7 @@ class SqliteJournal:
         broken = self._broken.get(run_id)
         if broken is not None:
             raise broken.again()
-        row = _new_event_row(run_id, event.seq, encode_event(event), _STATUS.get(type(event)))
+        row = EventRow(run_id, event.seq, encode_event(event), _STATUS.get(type(event)))
         live = self._live.get(run_id)
         level = durability_of(event) if live is None else live.durability(event)
         if level is Durability.QUEUED and self._file is not None:  # never a run's end: always synced
