@@ -11,18 +11,22 @@ import pytest
 pytest.importorskip("IPython")
 
 from IPython.core.displaypub import CapturingDisplayPublisher
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from aegis_nb.diagram import fold
 from aegis_nb.notebook import static_bundle
 from aegis_nb.notebook.background import BackgroundRun
-from aegis_nb.notebook.blocking import blocking_transformer
+from aegis_nb.notebook.blocking import HOOK, blocking_transformer
 from aegis_nb.notebook.cellsurface import WIDGET_MIME
 from aegis_nb.notebook.magics import AegisMagics
 from aegis_nb.saga.functional import FunctionStep
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.testing import outline
+from aegis_nb.testing import EventCapture, outline
 from tests.ipython_support import loaded_shell, ok, usage_error
+from tests.test_magics_repeated_steps import agency_shell
+
+__all__ = ["agency_shell"]  # the fixture, imported so pytest finds it here
 
 BOOK_FLIGHT = """%%aegis_step BookFlight
 import json
@@ -552,3 +556,164 @@ def test_each_task_talks_to_its_own_agency(shell: InteractiveShell) -> None:
     )
     assert [b.place for b in shell.user_ns["other"].state().hotels] == ["Rome"]
     assert [b.place for b in shell.user_ns["travel"].agency.state().hotels] == ["Oslo"]
+
+
+# -- the blocking transformer's edges, and %aegis_watch's errors -----------------------------------
+
+
+def awaited(line: str) -> str:
+    return f"await {HOOK}('aegis_saga', {line!r}, None)\n"
+
+
+# Regression guard: only %aegis_saga lines that start a statement are rewritten.
+def test_only_lines_that_start_a_statement_are_rewritten() -> None:
+    cell = [
+        'usage = """\n',
+        "%aegis_saga A\n",  # inside a string
+        '"""\n',
+        "pair = (1,\n",
+        "%aegis_saga B\n",  # inside brackets
+        ")\n",
+        "total = 1 + \\\n",
+        "%aegis_saga C\n",  # a continued line
+        "# a comment\n",
+        "\n",
+        "%aegis_saga D\n",
+    ]
+    assert blocking_transformer(cell) == [*cell[:-1], awaited(" D")]
+
+
+# Regression guard: a bracket left open in a magic's text does not hide the next magic.
+def test_a_bracket_left_open_in_a_magics_text_does_not_hide_the_next_magic() -> None:
+    cell = ["%aegis_saga Pay --fail Pay=down:(\n", "%aegis_saga Pay\n"]
+    assert blocking_transformer(cell) == [awaited(" Pay --fail Pay=down:("), awaited(" Pay")]
+
+
+# Regression guard: another cell magic's body and a badly indented cell are left alone.
+def test_another_cell_magics_body_and_a_badly_indented_cell_are_left_alone() -> None:
+    bash = ["%%bash\n", "%aegis_saga A\n"]
+    assert blocking_transformer(bash) == bash
+    # IPython's own transforms report the indentation error next, in their own words.
+    broken = ["if x:\n", "        a\n", "    b\n", "%aegis_saga A\n"]
+    assert blocking_transformer(broken) == broken
+
+
+# Regression guard: a magic line inside a string stays text.
+def test_a_magic_line_inside_a_string_stays_text(agency_shell: InteractiveShell) -> None:
+    ok(agency_shell, 'usage = """\n%aegis_saga Pay\n%timeit x\n"""\n')
+    assert agency_shell.user_ns["usage"] == "\n%aegis_saga Pay\n%timeit x\n"
+
+
+# Regression guard: %aegis_watch names a missing variable, and what it got instead.
+def test_watch_names_a_missing_variable(agency_shell: InteractiveShell) -> None:
+    assert (
+        usage_error(agency_shell, "%aegis_watch engine") == "%aegis_watch engine: there is no variable engine"
+    )
+    ok(agency_shell, "engine = None")
+    assert usage_error(agency_shell, "%aegis_watch engine") == (
+        "%aegis_watch engine: expected a WorkflowEngine or an AegisMCP app, got NoneType"
+    )
+
+
+# -- a run interrupted mid-rollback, and background runs that overlap ------------------------------
+
+
+# Regression guard: a saga interrupted mid-rollback ends its cell with the static diagram, not a live view.
+def test_a_saga_interrupted_mid_rollback_ends_its_cell_with_the_static_diagram(
+    shell: InteractiveShell,
+) -> None:
+    ok(shell, "class Interrupted(BaseException):\n    pass")  # a kernel interrupt, without stopping pytest
+    ok(
+        shell,
+        "%%aegis_step Book\nasync def execute(ctx):\n    return None\n"
+        "async def compensate(ctx):\n    raise Interrupted\n",
+    )
+    ok(shell, "%%aegis_step Charge --read-only\nasync def execute(ctx):\n    raise RuntimeError('declined')")
+    capture = EventCapture()
+    magics(shell).engine.subscribe(capture)
+    result = shell.run_cell("%aegis_saga Book Charge")
+    assert type(result.error_in_exec).__name__ == "Interrupted"
+    assert [type(event).__name__ for event in capture][-1] == "CompensationStarted"  # no final event
+    shown = displays(shell)
+    assert sorted(shown[0]["data"]) == [WIDGET_MIME, "text/plain"]
+    # The fallback (blank, and blanked), the widget blanked, then the static diagram.
+    blank = {"text/plain": ""}
+    assert [output["data"] for output in shown[1:]] == [blank, blank, blank, static_bundle(fold(capture))]
+
+
+# Regression guard: a background run that ends late does not overwrite the -o variable of the newer run.
+def test_a_background_run_that_ends_late_does_not_overwrite_the_newer_runs_variable(
+    shell: InteractiveShell,
+) -> None:
+    ok(shell, "import asyncio\ngates = {'first': asyncio.Event(), 'second': asyncio.Event()}")
+    ok(
+        shell,
+        "%%aegis_step Hold\nasync def execute(ctx, gate):\n    await gates[gate].wait()\n"
+        "async def compensate(ctx, gate):\n    pass\n",
+    )
+    # The same cell run twice while its first run still goes on.
+    ok(shell, "%%aegis_saga --background --name first -o run\nHold('first')")
+    ok(shell, "first = _")
+    ok(shell, "%%aegis_saga --background --name second -o run\nHold('second')")
+    ok(shell, "second = _")
+    ok(shell, "gates['second'].set()\nsecond_run = await second")
+    ok(shell, "gates['first'].set()\nfirst_run = await first")
+    namespace = shell.user_ns
+    assert (namespace["first_run"].saga, namespace["second_run"].saga) == ("first", "second")
+    assert namespace["run"] is namespace["second_run"]
+
+
+# -- a continued magic line, and syntax errors only the compiler sees ------------------------------
+
+
+def define(shell: InteractiveShell, name: str, body: str = "return None") -> None:
+    cell = f"%%aegis_step {name}\nasync def execute(ctx):\n    {body}\nasync def compensate(ctx):\n    pass\n"
+    result = shell.run_cell(cell)
+    assert result.success, result.error_in_exec
+
+
+# Regression guard: a %aegis_saga line continued with a backslash is one magic.
+def test_a_saga_magic_line_continued_with_a_backslash_is_one_magic(shell: InteractiveShell) -> None:
+    lines = ["%aegis_saga BookFlight \\\n", "    ChargeCard -o run\n", "print('after')\n"]
+    assert blocking_transformer(lines) == [
+        f"await {HOOK}('aegis_saga', ' BookFlight      ChargeCard -o run', None)\n",
+        "print('after')\n",
+    ]
+    define(shell, "BookFlight")
+    define(shell, "ChargeCard")
+    result = shell.run_cell("%aegis_saga BookFlight \\\n    ChargeCard -o run\n")
+    assert result.success, result.error_before_exec or result.error_in_exec
+    run = shell.user_ns["run"]
+    assert isinstance(run, SagaRun)
+    assert run.report.summary() == "committed: BookFlight, ChargeCard"
+
+
+# Regression guard: a syntax error only the compiler sees is one line naming the step.
+@pytest.mark.parametrize(
+    ("code", "report"),
+    [
+        (
+            "token = await fetch()\n",
+            "syntax error on line 1 of the cell: 'await' outside function\n    token = await fetch()\n"
+            "            ^",
+        ),
+        (
+            "if True:\n    return 1\n",
+            "syntax error on line 2 of the cell: 'return' outside function\n        return 1\n        ^",
+        ),
+        (
+            "if True:\n    break\n",
+            "syntax error on line 2 of the cell: 'break' outside loop\n        break\n        ^",
+        ),
+    ],
+    ids=["await", "return", "break"],
+)
+def test_a_syntax_error_only_the_compiler_sees_is_one_line_naming_the_step(
+    shell: InteractiveShell, code: str, report: str
+) -> None:
+    functions = "async def execute(ctx):\n    return None\nasync def compensate(ctx):\n    pass\n"
+    cell = f"%%aegis_step Book\n{code}{functions}"
+    error = shell.run_cell(cell).error_in_exec
+    assert isinstance(error, UsageError)
+    assert str(error) == f"step Book: {report}"
+    assert "Book" not in shell.user_ns

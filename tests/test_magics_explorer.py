@@ -1,7 +1,15 @@
-"""``%aegis_saga --interactive``: the controls are read when a run starts; each run lands beside the last."""
+"""``%aegis_saga --interactive``: the controls are read when a run starts; each run lands beside the last.
+
+The options it is given are kept (the ``--fail`` message) and fit (sliders widen to hold ``--deadline``
+and ``--latency``; a huge deadline keeps them finite); it works as an expression while the kernel's
+loop runs; a second click while a run goes on starts no second run.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -9,11 +17,18 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from IPython.core.displaypub import CapturingDisplayPublisher
-from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.interactiveshell import ExecutionResult, InteractiveShell
 from traitlets.config import Config
 
 from aegis_nb.notebook.cellsurface import WIDGET_MIME
 from aegis_nb.notebook.explorer import SagaExplorer, history_html
+from aegis_nb.notebook.injection import Fault
+from tests.ipython_support import loaded_shell, ok
+from tests.test_magics import define
+from tests.test_magics_repeated_steps import agency_shell
+from tests.test_untrusted_text import REPLACED, SURROGATE, UNDECODABLE
+
+__all__ = ["agency_shell"]  # the fixture, imported so pytest finds it here
 
 STEPS = [
     "%%aegis_step BookFlight\nasync def execute(ctx):\n    return ctx.with_metadata({'flight': 'F1'})\n"
@@ -134,3 +149,109 @@ def test_the_history_table_pads_its_cells_and_gives_the_deadline_one_column(
         f'<td style="{cell}left;color:#15803d">committed: BookFlight, ChargeCard</td>'
         "</tr></tbody></table>"
     )
+
+
+# -- options given to --interactive ----------------------------------------------------------------
+
+
+# Regression guard: x = %aegis_saga ... --interactive works while the kernel's loop runs.
+def test_interactive_as_an_expression_works_while_the_kernels_loop_runs(
+    agency_shell: InteractiveShell,
+) -> None:
+    async def kernel_cell(source: str) -> ExecutionResult:
+        # What ipykernel does: the cell runs on the kernel's loop, which is running.
+        return await agency_shell.run_cell_async(source, transformed_cell=agency_shell.transform_cell(source))
+
+    result = asyncio.run(kernel_cell("explorer = %aegis_saga Pay --interactive --name pay"))
+    assert result.error_in_exec is None
+    explorer = agency_shell.user_ns["explorer"]
+    assert isinstance(explorer, SagaExplorer)
+    assert explorer._repr_mimebundle_()["text/plain"] == (
+        "saga explorer for pay (Pay): set the sliders and toggles, then press Run"
+    )
+
+
+# Regression guard: the explorer keeps the --fail message it was given.
+def test_interactive_keeps_the_fail_message_it_was_given(agency_shell: InteractiveShell) -> None:
+    view: object = ok(agency_shell, '%aegis_saga Pay --interactive --fail "Pay=Card Declined!"').result
+    assert isinstance(view, SagaExplorer)
+    assert view.settings().faults == {"Pay": Fault(fail=True, message="Card Declined!")}
+    view.run_button.click()  # no loop runs here: the press runs the saga to the end
+    assert str(view.trials[0].run.report.cause) == "Card Declined!"
+    # Off and on again: the message comes back with the toggle.
+    view.failing["Pay"].value = False
+    assert view.settings().faults == {}
+    view.failing["Pay"].value = True
+    assert view.settings().faults == {"Pay": Fault(fail=True, message="Card Declined!")}
+
+
+# Regression guard: the explorer widens its sliders to hold --deadline and --latency, not clamps them.
+def test_interactive_widens_its_sliders_to_hold_the_values_it_was_given(
+    agency_shell: InteractiveShell,
+) -> None:
+    view: object = ok(agency_shell, "%aegis_saga Pay --interactive --deadline 0.01 --latency Pay=3").result
+    assert isinstance(view, SagaExplorer)
+    deadline, latency = view.deadline, view.latency["Pay"]
+    assert (deadline.value, deadline.min, deadline.step, deadline.max) == (0.01, 0.01, 0.01, 5.0)
+    assert (latency.value, latency.min, latency.max) == (3.0, 0.0, 3.0)
+    settings = view.settings()
+    assert (settings.deadline, settings.faults) == (0.01, {"Pay": Fault(latency=3.0)})
+    # A tiny deadline still reads as itself, not as 0.00.
+    tiny: object = ok(agency_shell, "%aegis_saga Pay --interactive --deadline 0.005").result
+    assert isinstance(tiny, SagaExplorer)
+    assert (tiny.deadline.value, tiny.deadline.readout_format) == (0.005, ".2g")
+    # The usual ranges are kept when the values fit them.
+    usual: object = ok(agency_shell, "%aegis_saga Pay --interactive --deadline 0.3 --latency Pay=0.5").result
+    assert isinstance(usual, SagaExplorer)
+    assert (usual.deadline.min, usual.deadline.step, usual.deadline.readout_format) == (0.05, 0.05, ".2f")
+    assert usual.latency["Pay"].max == 2.0
+
+
+# -- the explorer's edges --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shell() -> Iterator[InteractiveShell]:
+    with loaded_shell() as ip:
+        yield ip
+
+
+BOOK = "%%aegis_step Book\nasync def execute(ctx):\n    return None\nasync def compensate(ctx):\n    pass\n"
+
+
+# Regression guard: a huge --deadline keeps the slider's maximum finite (widget state is strict JSON).
+def test_a_huge_deadline_keeps_the_explorers_slider_finite(shell: InteractiveShell) -> None:
+    ok(shell, BOOK)
+    ok(shell, "explorer = %aegis_saga Book --deadline 1e308 --interactive")
+    explorer = shell.user_ns["explorer"]
+    assert (explorer.deadline.value, explorer.deadline.max) == (1e308, sys.float_info.max)
+    json.dumps(explorer.widget.get_state(), allow_nan=False)  # widget state travels as strict JSON
+
+
+# Regression guard: a second click on Run while a run goes on starts no second run.
+def test_a_second_click_while_a_run_goes_on_starts_no_second_run(shell: InteractiveShell) -> None:
+    ok(shell, BOOK)
+    ok(shell, "explorer = %aegis_saga Book --interactive")
+    # Both clicks reach the kernel (whose loop runs: the cell awaits) before the first run starts.
+    ok(
+        shell,
+        "import asyncio\nexplorer.run_button.click()\nexplorer.run_button.click()\n"
+        "await asyncio.gather(*explorer._pending)",
+    )
+    trials = shell.user_ns["explorer"].trials
+    assert [(trial.number, trial.run.status.value) for trial in trials] == [(1, "committed")]
+
+
+# Regression guard: the explorer's HTML of an error with a lone surrogate is valid UTF-8.
+def test_the_explorer_html_of_an_error_with_a_lone_surrogate_is_valid_utf8(shell: InteractiveShell) -> None:
+    shell.user_ns["FILE"] = UNDECODABLE
+    define(shell, "Upload", 'raise OSError(f"cannot upload {FILE}")')
+    result = shell.run_cell("%aegis_saga Upload --interactive")
+    explorer = result.result
+    assert isinstance(explorer, SagaExplorer)
+    explorer.run_button.click()  # no loop is running here: each press runs the saga to the end
+    explorer.run_button.click()
+    # Widget values travel to the front end as UTF-8 JSON.
+    html = [explorer.widget.current, explorer.widget.previous, explorer.widget.history]
+    assert [SURROGATE.search(value) for value in html] == [None, None, None]
+    assert f"cannot upload {REPLACED} — rolled back: nothing to undo</td>" in html[2]

@@ -8,7 +8,9 @@ trace, MCP progress messages, ``aegis-nb runs`` and ``recover``) shows them as t
 (``\x1b``, ``\u202e``), with line breaks folded to a space in one-line fields; the SVG, Mermaid and
 graphviz views hold none either, and parse as XML. The journal and the structured report keep the
 original text. `printable` is specified by properties: nothing it returns is a control, it is
-idempotent, and text without controls comes back unchanged.
+idempotent, and text without controls comes back unchanged. Markup in a name is drawn as written (a
+Mermaid directive, a DOT entity), and a lone surrogate (an undecodable file name) is drawn as U+FFFD
+in every rendering, which all stay valid UTF-8.
 """
 
 from __future__ import annotations
@@ -25,9 +27,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aegis_nb import AegisContext, ToolError
-from aegis_nb.diagram import GraphSource, fold, render_dot, render_graph, render_mermaid, render_svg
+from aegis_nb.diagram import (
+    GraphSource,
+    fold,
+    render_dot,
+    render_graph,
+    render_mermaid,
+    render_svg,
+    render_text,
+)
 from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.notebook import SagaDiagram, static_bundle
+from aegis_nb.notebook.rehearsal import rehearse_saga
 from aegis_nb.saga.durable import SqliteJournal, read_run
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent, StepFailed
@@ -389,3 +400,132 @@ def test_describe_puts_multi_line_names_and_errors_on_one_line() -> None:
         .end_rollback()
     )
     assert describe(rolled_back[-1]) == "saga book rolled back in 25.1 ms: bad input — rolled back: Reserve"
+
+
+# -- markup in names, and lone surrogates in every rendering ---------------------------------------
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def step_named_after(name: str) -> tuple[SagaEvent, ...]:
+    """A run whose only step, named after the file `name`, fails naming it too."""
+    script = Script((f"Upload {name}",), saga="upload")
+    return script.step_fails(0, f"Upload {name}", f"cannot upload {name}").end_rollback()
+
+
+# Regression guard: a Mermaid directive in a name or error is drawn as text, not read as configuration.
+def test_a_mermaid_directive_in_a_name_or_error_is_drawn_as_text() -> None:
+    directive = '%%{init: {"theme": "dark"}}%%'
+    events = (
+        Script(("Book", directive))
+        .step_ok(0, "Book")
+        .step_fails(1, directive, f"50% off {directive}")
+        .undo(0, "Book")
+        .end_rollback()
+    )
+    # Mermaid reads `%%{...}%%` anywhere in the source as configuration (and drops it from the
+    # text); as entity codes it is drawn as written.
+    assert render_mermaid(fold(events)) == (
+        "sequenceDiagram\n"
+        "    participant E as Workflow Engine\n"
+        "    participant S1 as Step 1 (Book)\n"
+        '    participant S2 as Step 2 (#37;#37;{init: {"theme": "dark"}}#37;#37;)\n'
+        "\n"
+        "    E->>S1: execute()\n"
+        "    S1-->>E: Success\n"
+        "    E->>S2: execute()\n"
+        '    S2-->>E: Fails (50#37; off #37;#37;{init: {"theme": "dark"}}#37;#37;)\n'
+        "\n"
+        "    rect rgba(220, 38, 38, 0.12)\n"
+        "        Note over E: Rollback Triggered\n"
+        "        E->>S1: compensate()\n"
+        "    end\n"
+    )
+
+
+# Regression guard: DOT labels escape ampersands, so graphviz draws names as written.
+def test_dot_labels_escape_ampersands_so_graphviz_draws_names_as_written() -> None:
+    events = Script(("R&amp;D", "a &lt; b")).step_ok(0, "R&amp;D").step_ok(1, "a &lt; b").commit()
+    model = fold(events)
+    # Graphviz decodes entities in every label: `&` must reach it as `&amp;`.
+    assert render_dot(model) == (
+        "digraph saga {\n"
+        '  graph [rankdir=LR, bgcolor="#ffffff", label="book_vacation · committed", labelloc=t, '
+        'fontname="Helvetica", fontsize=16, pad=0.3, nodesep=0.5, ranksep=0.45];\n'
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=12, penwidth=1.6];\n'
+        '  edge [fontname="Helvetica", fontsize=10, penwidth=1.4];\n'
+        '  start [label="start", shape=circle, fillcolor="#1e293b", fontcolor="#ffffff", width=0.6];\n'
+        '  s0 [label="1 · R&amp;amp;D\\n✓ done · 10.0 ms", fillcolor="#dcfce7", color="#16a34a", '
+        'fontcolor="#14532d"];\n'
+        "  start -> s0 [arrowsize=0.8];\n"
+        '  s1 [label="2 · a &amp;lt; b\\n✓ done · 10.0 ms", fillcolor="#dcfce7", color="#16a34a", '
+        'fontcolor="#14532d"];\n'
+        "  s0 -> s1 [arrowsize=0.8];\n"
+        '  outcome [label="committed", shape=box, style="rounded,filled,bold", fillcolor="#16a34a", '
+        'fontcolor="#ffffff", color="#16a34a"];\n'
+        "  s1 -> outcome;\n"
+        "}\n"
+    )
+    require_executable("dot")
+    rendering = render_graph(model)
+    assert rendering.source is GraphSource.GRAPHVIZ
+    drawn = [
+        element.text
+        for element in ElementTree.fromstring(rendering.svg.encode("utf-8")).iter()
+        if element.tag.endswith("}text")
+    ]
+    assert drawn == [
+        "book_vacation · committed",
+        "start",
+        "1 · R&amp;D",
+        "✓ done · 10.0 ms",
+        "2 · a &lt; b",
+        "✓ done · 10.0 ms",
+        "committed",
+    ]
+
+
+# Regression guard: graphviz draws a run with a lone surrogate instead of raising.
+def test_graphviz_draws_a_run_with_a_lone_surrogate_instead_of_raising() -> None:
+    require_executable("dot")
+    rendering = render_graph(fold(step_named_after(UNDECODABLE)))
+    assert rendering.source is GraphSource.GRAPHVIZ
+    assert rendering.note is None
+    assert rendering.svg == render_graph(fold(step_named_after(REPLACED))).svg
+
+
+# Regression guard: every text rendering of a lone surrogate is valid UTF-8.
+def test_every_text_rendering_of_a_lone_surrogate_is_valid_utf8() -> None:
+    model, expected = fold(step_named_after(UNDECODABLE)), fold(step_named_after(REPLACED))
+    # Each is written to files and printed: a lone surrogate would make either raise.
+    assert render_dot(model) == render_dot(expected)
+    assert render_mermaid(model) == render_mermaid(expected)
+    assert render_text(model) == render_text(expected)
+    assert SURROGATE.search(render_text(model) + render_mermaid(model) + render_dot(model)) is None
+
+
+class Upload:
+    """Fails naming a file whose name holds an undecodable byte."""
+
+    name = "Upload"
+
+    async def execute(self, ctx: AegisContext) -> None:
+        raise OSError(f"cannot upload {UNDECODABLE}")
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+# Regression guard: a rehearsal of an error with a lone surrogate is valid UTF-8.
+@pytest.mark.anyio
+async def test_a_rehearsal_of_an_error_with_a_lone_surrogate_is_valid_utf8() -> None:
+    rehearsal = await rehearse_saga([Upload()])
+    bundle = rehearsal._repr_mimebundle_()
+    assert sorted(bundle) == ["text/html", "text/plain"]
+    assert all(SURROGATE.search(data) is None for data in bundle.values())
+    assert repr(rehearsal) == bundle["text/plain"]
+    assert bundle["text/plain"].splitlines()[-1] == (
+        f"  - all steps succeed: nothing was injected, yet the saga did not commit: cannot upload {REPLACED}"
+        " — rolled back: nothing to undo."
+    )

@@ -1,6 +1,10 @@
-"""Regressions: the live view's replay and run following, and a run with a lone surrogate going static.
+"""Which run the live view follows, and how it ends when the run does not.
 
-The live view tests drive time by hand with the widget tests' fake scheduler: nothing sleeps.
+The view follows one run at a time: a run started while it is followed, or a saga run by one of its
+steps or compensations, does not take it over; the next run does take it over from one that will
+never end (interrupted mid-rollback, or abandoned in a finished task); `stop()` leaves such a run
+static and ticking no more; a replay right after a run gives that run. Time is moved by hand with
+the widget tests' fake scheduler: nothing sleeps.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from aegis_nb.diagram import fold
+from aegis_nb.diagram import SequenceBuilder, fold
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.notebook import LiveView, run_bundle, static_bundle
 from aegis_nb.notebook.render import live_html
@@ -42,9 +46,7 @@ def live_timers(clock: FakeScheduler) -> int:
     return sum(not timer.cancelled for timer in clock.timers)
 
 
-# -- replay right after a run -----------------------------------------------------------------------
-
-
+# Regression guard: a replay right after a run gives that run, before the loop had a turn.
 @pytest.mark.anyio
 async def test_replay_right_after_a_run_gives_that_run_before_the_loop_had_a_turn() -> None:
     clock, surface = FakeScheduler(), RecordingSurface()
@@ -56,9 +58,6 @@ async def test_replay_right_after_a_run_gives_that_run_before_the_loop_had_a_tur
     second = await engine.run_saga([Step("Second", fail=True)], AegisContext(), name="second")
     assert view.replay().events == second.events  # same cell, no redraw yet
     assert view.redraws == 1
-
-
-# -- runs that never end, and runs that overlap -------------------------------------------------------
 
 
 async def abandoned_run(engine: WorkflowEngine) -> list[SagaEvent]:
@@ -81,6 +80,7 @@ async def abandoned_in_a_finished_task(engine: WorkflowEngine) -> list[SagaEvent
     return events
 
 
+# Regression guard: the next run takes the view over from one that will never end.
 @pytest.mark.anyio
 @pytest.mark.parametrize("abandon", [abandoned_run, abandoned_in_a_finished_task])
 async def test_the_next_run_takes_the_view_over_from_one_that_will_never_end(
@@ -106,6 +106,7 @@ async def test_the_next_run_takes_the_view_over_from_one_that_will_never_end(
     assert (view.redraws, live_timers(clock)) == (redraws, 0)  # no ticking left behind
 
 
+# Regression guard: a run started while another runs is not shown.
 @pytest.mark.anyio
 async def test_a_run_started_while_another_runs_is_not_shown() -> None:
     """One run at a time: the view keeps following the run it started with."""
@@ -141,6 +142,7 @@ async def test_a_run_started_while_another_runs_is_not_shown() -> None:
     assert view.events == runs["first"].events
 
 
+# Regression guard: a saga run by a step does not take the view over.
 @pytest.mark.anyio
 async def test_a_saga_run_by_a_step_does_not_take_the_view_over() -> None:
     """Its task is the followed run's, but the followed run is in that step, not gone."""
@@ -165,9 +167,7 @@ async def test_a_saga_run_by_a_step_does_not_take_the_view_over() -> None:
     assert view.events == run.events
 
 
-# -- lone surrogates --------------------------------------------------------------------------------
-
-
+# Regression guard: the live view of a run with a lone surrogate still goes static.
 def test_the_live_view_of_a_run_with_a_lone_surrogate_goes_static() -> None:
     clock, surface = FakeScheduler(), RecordingSurface()
     view = LiveView(scheduler=clock, surface=surface)
@@ -186,7 +186,51 @@ def test_the_live_view_of_a_run_with_a_lone_surrogate_goes_static() -> None:
     ]
 
 
-# -- describe: one line per event -------------------------------------------------------------------
+# Regression guard: a saga run by a compensation (on trio, in the followed run's task) takes no view over.
+@pytest.mark.anyio
+async def test_a_saga_run_by_a_compensation_does_not_take_the_view_over() -> None:
+    """On trio the compensation runs in the followed run's own task, yet that run is not over."""
+    clock, surface = FakeScheduler(), RecordingSurface()
+    view = LiveView(scheduler=clock, surface=surface)
+    engine = WorkflowEngine()
+    view.attach(engine)
+
+    class UndoneBySaga:
+        name = "Book"
+
+        async def execute(self, ctx: AegisContext) -> None:
+            return None
+
+        async def compensate(self, ctx: AegisContext) -> None:
+            await engine.run_saga([Step("Refund")], AegisContext(), name="refund")
+
+    run = await engine.run_saga([UndoneBySaga(), Step("Charge", fail=True)], AegisContext(), name="outer")
+    clock.advance(0.0)
+    assert surface.shown == [view.widget]
+    assert surface.replaced == [run_bundle(run)]
+    assert view.events == run.events
 
 
-# -- @step on a partial -----------------------------------------------------------------------------
+# Regression guard: stop() leaves a run interrupted mid-rollback static, its timer gone.
+@pytest.mark.anyio
+async def test_stop_leaves_a_run_interrupted_mid_rollback_static_and_not_ticking() -> None:
+    clock, surface = FakeScheduler(), RecordingSurface()
+    view = LiveView(scheduler=clock, surface=surface)
+    engine = WorkflowEngine()
+    view.attach(engine)
+    interrupted = await abandoned_run(engine)
+    view.stop()  # what a magic does once the run's await is over, however it ended
+    assert surface.shown == [view.widget]
+    assert surface.replaced == [static_bundle(fold(interrupted))]
+    redraws = view.redraws
+    clock.advance(10.0)
+    assert (view.redraws, live_timers(clock)) == (redraws, 0)
+
+
+# Regression guard: stop() before any run says no saga ran.
+def test_stop_before_any_run_started_says_no_saga_ran() -> None:
+    surface = RecordingSurface()
+    view = LiveView(scheduler=FakeScheduler(), surface=surface)
+    view.stop()
+    assert view.widget.value == live_html(SequenceBuilder().snapshot(), ["no saga ran"])
+    assert (surface.shown, surface.replaced) == ([], [])
