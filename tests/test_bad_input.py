@@ -1,4 +1,10 @@
-"""Bad saga definitions fail before anything runs, with a message that names the culprit."""
+"""Bad saga definitions fail before anything runs, with a message that names the culprit.
+
+A step class for an instance, an attribute that raises, a timeout or budget out of float range, a
+retry policy whose backoff would be nan, a step function with no name to take: each is refused when
+the saga (or the option) is built. What is no mistake still runs: a class whose methods need no
+instance, a step made of a `functools.partial`.
+"""
 
 from __future__ import annotations
 

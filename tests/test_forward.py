@@ -2,7 +2,8 @@
 
 A step returns a new context or None (unchanged), and anything else fails it; its idempotency key is
 the run's and its position's, in execute and compensate alike; it cannot lengthen the deadline, and
-past the deadline it times out and the steps before it are undone.
+past the deadline it times out and the steps before it are undone; a step that overran its timeout
+in a shield leaves the next step its own time.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fault plans: checked when built, reproducible from their seeds, consumed call by call."""
+"""Fault plans: checked when built, reproducible from their seeds, consumed call by call, set tool by tool."""
 
 from __future__ import annotations
 

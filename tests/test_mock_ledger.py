@@ -1,4 +1,8 @@
-"""The mock agency's ledger: idempotent by key, never negative, never a double refund, durable in a file."""
+"""The mock agency's ledger: idempotent by key, never negative, never a double refund, durable in a file.
+
+Its file is its own: another application's database or a saga journal is refused and left untouched,
+a ledger written before ledgers were stamped still opens, and amounts are whole cents.
+"""
 
 from __future__ import annotations
 

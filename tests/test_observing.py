@@ -1,4 +1,7 @@
-"""Observing runs: subscribe/unsubscribe, the async event stream, secrets kept out of every event."""
+"""Observing runs: subscribe/unsubscribe, the async event stream, secrets kept out of every event.
+
+Leaving the event stream while a saga runs is quiet: its next event meets a closed stream, logged at debug.
+"""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 Two decisions must match the live run: an in-doubt step whose tool refused (a `ToolError`, or a
 subclass) is not undone, since the tool said it did not act; and a step is compensated with the object
 that ran it or one holding the same state, never with another registered step that merely shares its
-class and name.
+class and name. Recovering beside live runs never undoes a live or committed run, and two recoveries
+at once undo each crashed run exactly once.
 """
 
 from __future__ import annotations

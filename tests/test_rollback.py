@@ -1,8 +1,9 @@
 """Rollback: every step that succeeded is undone, newest first, with the context its own execute returned.
 
 A compensation gets a fresh budget rather than the spent forward deadline; an in-doubt step is undone
-with its input context; a failing compensation is retried with backoff, and one that never succeeds is
-reported while the rest are still undone; the error a rollback raises holds no reference cycle.
+with its input context; a failing compensation is retried with backoff (capped as it grows), and one
+that never succeeds is reported while the rest are still undone; the error a rollback raises holds no
+reference cycle.
 """
 
 from __future__ import annotations

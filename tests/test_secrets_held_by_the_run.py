@@ -3,7 +3,8 @@
 Not only the failing step's input: a step may swap the card for a token (the card is then no longer
 in the context the next step gets), and a later step may add a key that an earlier step's undo then
 quotes. Whatever a failure's text or note says, the card and the key appear in no report, event,
-diagram, journal row, `aegis-nb runs` output or rendered traceback.
+diagram, journal row, `aegis-nb runs` output or rendered traceback. Secrets passed as step arguments,
+however nested, are scrubbed like those in the context.
 """
 
 from __future__ import annotations

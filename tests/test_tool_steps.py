@@ -1,4 +1,7 @@
-"""Steps made of MCP tool pairs: the travel saga over the mock agency, through a real in-process client."""
+"""Steps made of MCP tool pairs: the travel saga over the mock agency, through a real in-process client.
+
+Arguments taken from the (deeply frozen) context, and results stored for the undo, reach tools as JSON.
+"""
 
 from __future__ import annotations
 
