@@ -3,23 +3,20 @@
 Sinks that raise on a step's or a compensation's event; a step handing back another run's context;
 the rollback's journal writes under a cancelled caller; event durations; a native task cancel during
 a step; step timeouts under a saga deadline; compensations that time out, or back off while the
-caller is cancelled; nested sagas; one step in two sagas at once; huge sagas; the drawn error tree.
+caller is cancelled; nested sagas; one step in two sagas at once; huge sagas. (The drawn error tree
+is tests/test_error_tree.py's.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import logging
-import re
 
 import anyio
 import pytest
 
-import aegis_nb.kernel.errors
 from aegis_nb import (
     AegisContext,
-    AegisError,
     CompensationFailed,
     CompensationStarted,
     CompensationSucceeded,
@@ -35,7 +32,6 @@ from aegis_nb import (
     ToolTimeoutError,
     WorkflowEngine,
 )
-from aegis_nb.kernel import extras
 from aegis_nb.testing import EventCapture
 from tests.steps import ROLLED_BACK_TRAIL, Calls, CheckpointingJournal, Recorded
 
@@ -354,31 +350,3 @@ async def test_a_huge_saga_is_undone_in_full_newest_first() -> None:
     assert isinstance(capture[-1], SagaRolledBackEvent)
     undone = [(ctx.step_index, len(ctx.metadata)) for what, _, ctx in calls.log if what == "compensate"]
     assert undone == [(i, i + 1) for i in reversed(range(3000))]
-
-
-# -- the error tree ---------------------------------------------------------------------------------
-
-
-def test_the_error_tree_drawn_in_the_errors_module_is_the_class_tree() -> None:
-    doc = aegis_nb.kernel.errors.__doc__
-    assert doc is not None
-    drawn = re.findall(r"^( *)(?:├── |└── )(\w+)(?: +\(also (\w+)(?:, in [\w.]+)?\))?", doc, re.MULTILINE)
-    assert [name for _, name, _ in drawn] == [
-        "ToolTimeoutError",
-        "SagaDefinitionError",
-        "StepResultError",
-        "ToolError",
-        "ServerUnreachable",
-        "MissingExtra",
-        "SagaFailed",
-        "SagaRolledBack",
-        "SagaCompensationFailed",
-    ]
-    namespace = {**vars(aegis_nb.kernel.errors), "MissingExtra": extras.MissingExtra}
-    parents = {0: AegisError}
-    for indent, name, also in drawn:
-        cls = namespace[name]
-        depth = (len(indent) - 5) // 5  # the tree is drawn five columns in, five a level
-        assert cls.__bases__[0] is parents[depth], name
-        assert (cls.__bases__[1:] == (getattr(builtins, also),)) if also else len(cls.__bases__) == 1, name
-        parents[depth + 1] = cls

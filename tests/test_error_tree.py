@@ -53,25 +53,30 @@ def drawn() -> dict[str, Node]:
 
 
 def defined() -> dict[str, Node]:
-    """Every class deriving from `AegisError` in aegis_nb's source, by class name."""
-    classes: dict[str, tuple[list[str], str]] = {}
+    """Every class deriving from `AegisError` in aegis_nb's source, by class name (a name used by
+    two of them would be an error in itself: the drawing could not tell them apart)."""
+    classes: list[tuple[str, list[str], str]] = []
     for path in sorted(PACKAGE.rglob("*.py")):
         module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef):
                 bases = [base.id for base in node.bases if isinstance(base, ast.Name)]
-                classes[node.name] = (bases, module)
-
-    def is_aegis_error(name: str) -> bool:
-        return name == "AegisError" or any(is_aegis_error(base) for base in classes.get(name, ([], ""))[0])
-
+                classes.append((node.name, bases, module))
+    errors = {"AegisError"}
+    while True:  # grow the set of error names until no class derives from one not yet in it
+        more = {name for name, bases, _ in classes if set(bases) & errors} - errors
+        if not more:
+            break
+        errors |= more
+    known = {name for name, _, _ in classes}
     tree: dict[str, Node] = {}
-    for name, (bases, module) in classes.items():
-        ours = [base for base in bases if is_aegis_error(base)]
-        if name != "AegisError" and ours:
-            (parent,) = ours
-            others = tuple(base for base in bases if base not in classes)
-            tree[name] = Node(parent, others, module)
+    for name, bases, module in classes:
+        ours = [base for base in bases if base in errors]
+        if not ours:
+            continue
+        assert name not in tree, f"two errors are named {name}: {tree[name].module} and {module}"
+        (parent,) = ours
+        tree[name] = Node(parent, tuple(base for base in bases if base not in known), module)
     return tree
 
 
