@@ -15,8 +15,8 @@ import pytest
 
 from tests.servers.launch import ROOT
 
-CORE_ONLY = ("mcp", "pydantic", "pydantic_core", "ipywidgets", "IPython", "temporalio")
-WITH_MCP = ("ipywidgets", "IPython", "temporalio")
+CORE_ONLY = ("mcp", "pydantic", "pydantic_core", "anywidget", "ipywidgets", "IPython", "temporalio")
+WITH_MCP = ("anywidget", "ipywidgets", "IPython", "temporalio")
 
 BLOCKER = """
 import sys
@@ -69,8 +69,12 @@ LOAD_EXT = "import aegis_nb; aegis_nb.load_ipython_extension(None)"
         (CORE_ONLY, "from aegis_nb import connect", missing(SERVER, "mcp", "mcp")),
         (CORE_ONLY, "from aegismcp.server.app import AegisMCP", missing(SERVER, "mcp", "mcp")),
         (CORE_ONLY, "from aegis_nb import TravelAgency", missing(MOCK, "mcp", "pydantic")),
-        (CORE_ONLY, "import aegis_nb.notebook", missing(VIEWS, "notebook", "ipywidgets")),
-        (WITH_MCP, "from aegis_nb import SagaDiagram", missing(VIEWS, "notebook", "ipywidgets")),
+        (CORE_ONLY, "import aegis_nb.notebook", missing(VIEWS, "notebook", "anywidget")),
+        (WITH_MCP, "from aegis_nb import SagaDiagram", missing(VIEWS, "notebook", "anywidget")),
+        # anywidget draws every view: ipywidgets alone is not the notebook extra.
+        (("anywidget",), "import aegis_nb.notebook", missing(VIEWS, "notebook", "anywidget")),
+        (("ipywidgets",), "import aegis_nb.notebook", missing(VIEWS, "notebook", "ipywidgets")),
+        (("anywidget",), LOAD_EXT, missing(MAGICS, "notebook", "anywidget")),
         (CORE_ONLY, "import aegis_nb.temporal", missing(TEMPORAL, "temporal", "temporalio")),
         (WITH_MCP, "import aegis_nb.temporal", missing(TEMPORAL, "temporal", "temporalio")),
         # What %load_ext calls. IPython may come from elsewhere (a Jupyter install), the rest not.

@@ -14,7 +14,7 @@ from aegis_nb.kernel.errors import AegisError
 
 EXTRA_MODULES: dict[str, frozenset[str]] = {
     "mcp": frozenset({"mcp", "pydantic", "pydantic_core"}),
-    "notebook": frozenset({"IPython", "ipywidgets", "mcp", "pydantic", "pydantic_core"}),
+    "notebook": frozenset({"IPython", "anywidget", "ipywidgets", "mcp", "pydantic", "pydantic_core"}),
     "temporal": frozenset({"temporalio"}),
 }
 """The top-level modules each extra brings: a missing one of these means the extra is not installed."""
