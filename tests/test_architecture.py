@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,3 +225,18 @@ def test_kernel_modules_import_each_other_one_way_even_inside_functions() -> Non
     # other (SagaFailed carries a report; ErrorInfo asks `is_refusal`). The kernel is the base every
     # reader starts from, so its modules read in one order.
     assert import_cycles(within="aegis_nb.kernel", inside_functions=True) == []
+
+
+def test_the_readme_architecture_names_every_kernel_and_saga_module() -> None:
+    # The README's map of the core stays true: a module added, moved or removed updates its row.
+    readme = (PACKAGE.parent / "README.md").read_text()
+    start = readme.index("\n## Architecture\n")
+    section = readme[start : readme.find("\n## ", start + 1)]
+    named = set(re.findall(r"`((?:kernel|saga)/[\w/]+\.py)`", section))
+    on_disk = {
+        str(path.relative_to(PACKAGE))
+        for layer in ("kernel", "saga")
+        for path in layer_files(layer)
+        if path.name != "__init__.py" or path.parent.name == "durable"
+    }
+    assert sorted(named) == sorted(on_disk)

@@ -30,11 +30,13 @@ class SinkSet:
         return self._sinks
 
     def add(self, sink: Sink) -> None:
+        """Subscribe `sink`; a sink that is not callable is a programming error (`TypeError`)."""
         if not callable(sink):
             raise TypeError(f"a sink must be callable, got {type(sink).__name__}")
         self._sinks = (*self._sinks, sink)
 
     def discard(self, sink: Sink) -> None:
+        """Unsubscribe `sink` (`same_sink` decides), if it is subscribed."""
         self._sinks = tuple(s for s in self._sinks if not same_sink(s, sink))
 
 
