@@ -28,6 +28,7 @@ from aegis_nb.kernel import (
     ToolExecutor,
     ToolTimeoutError,
 )
+from aegis_nb.kernel.undo import NOTHING_TO_UNDO
 from aegis_nb.saga import (
     RENAMED,
     CompensationFailed,
@@ -145,6 +146,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 __all__ = [
+    "NOTHING_TO_UNDO",
     "TIMEOUT_META_KEY",
     "AegisContext",
     "AegisError",

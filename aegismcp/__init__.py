@@ -6,6 +6,7 @@ extra load on first use here too, through `aegis_nb`'s own ``__getattr__``.
 """
 
 from aegis_nb import (  # noqa: F401  (re-exported through __all__)
+    NOTHING_TO_UNDO,
     AegisContext,
     AegisError,
     CompensationFailed,

@@ -121,6 +121,7 @@ def every_event(ctx: AegisContext) -> list[SagaEvent]:
         CompensationStarted("r1", 4, 3.5, 0, "A", 1),
         CompensationFailed("r1", 5, 3.75, 0, "A", 1, 0.1, error, True),
         CompensationSucceeded("r1", 6, 4.0, 0, "A", 2, 0.125),
+        CompensationSucceeded("r1", 6, 4.0, 0, "A", 2, 0.125, nothing_to_undo=True),
         SagaCommitted("r1", 7, 5.0, "trip", 3.5, ctx),
         SagaRolledBackEvent("r1", 7, 5.0, "trip", 3.5, REPORT),
         SagaStuck("r1", 7, 5.0, "trip", 3.5, REPORT),
@@ -176,6 +177,21 @@ def test_the_stored_form_is_versioned_json_with_no_secret() -> None:
             "CompensationFailed.will_retry must be true or false, got 1",
         ),
         ('{"v": 1, "type": "StepStarted", "x": NaN}', "not valid JSON (NaN is not JSON)"),
+        (
+            '{"v": 1, "type": "CompensationSucceeded", "run_id": "r", "seq": 0, "time": 0, "index": 0,'
+            ' "step": "A", "attempt": 1, "duration": 0, "nothing_to_undo": "yes"}',
+            "CompensationSucceeded.nothing_to_undo must be true or false, got 'yes'",
+        ),
+        (
+            '{"v": 1, "type": "CompensationSucceeded", "run_id": "r", "seq": 0, "time": 0, "index": 0,'
+            ' "step": "A", "nothing_to_undo": true}',
+            "CompensationSucceeded: missing fields ['attempt', 'duration'], unexpected fields []",
+        ),
+        (
+            '{"v": 1, "type": "CompensationSucceeded", "run_id": "r", "seq": 0, "time": 0, "index": 0,'
+            ' "step": "A", "attempt": 1, "duration": 0, "nothing_to_undo": false, "undone": true}',
+            "CompensationSucceeded: missing fields [], unexpected fields ['undone']",
+        ),
     ],
 )
 def test_a_malformed_record_is_refused_with_the_reason(record: str, problem: str) -> None:
@@ -347,6 +363,29 @@ STORED_BY_0_1_0: list[tuple[SagaEvent, str]] = [
 def test_every_event_is_stored_as_0_1_0_stored_it(event: SagaEvent, text: str) -> None:
     assert encode_event(event) == text
     assert encode_event(decode_event(text)) == text  # what is read back is written back the same
+
+
+NOTHING_UNDONE = (
+    '{"v":1,"type":"CompensationSucceeded","run_id":"r1","seq":6,"time":4.0,"index":0,"step":"A"'
+    ',"attempt":1,"duration":0.125,"nothing_to_undo":true}'
+)
+
+
+def test_a_compensation_that_found_nothing_to_undo_is_stored_with_the_flag_and_read_back() -> None:
+    event = CompensationSucceeded("r1", 6, 4.0, 0, "A", 1, 0.125, nothing_to_undo=True)
+    assert encode_event(event) == NOTHING_UNDONE
+    assert decode_event(NOTHING_UNDONE) == event
+
+
+def test_an_undone_compensation_is_stored_without_the_flag_as_0_1_0_stored_it() -> None:
+    # Left out while false, so 0.1.0 (which refuses unknown fields) reads it, and absent reads as false.
+    event = CompensationSucceeded("r1", 6, 4.0, 0, "A", 1, 0.125)
+    text = encode_event(event)
+    assert "nothing_to_undo" not in text
+    assert decode_event(text) == event  # whose nothing_to_undo is False
+    flagged_false = text[:-1] + ',"nothing_to_undo":false}'
+    assert decode_event(flagged_false) == event
+    assert encode_event(decode_event(flagged_false)) == text
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])

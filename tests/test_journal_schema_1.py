@@ -121,7 +121,15 @@ class Expected:
 
     def undo(self, index: int, attempt: int = 1) -> None:
         self.add(CompensationStarted, index=index, step=STEPS[index], attempt=attempt)
-        self.add(CompensationSucceeded, index=index, step=STEPS[index], attempt=attempt, duration=0.25)
+        # Schema 1 as 0.1.0 wrote it has no nothing_to_undo: absent, it reads as false (undone).
+        self.add(
+            CompensationSucceeded,
+            index=index,
+            step=STEPS[index],
+            attempt=attempt,
+            duration=0.25,
+            nothing_to_undo=False,
+        )
 
     def fail_undo(self, index: int, attempt: int, will_retry: bool) -> None:
         self.add(CompensationStarted, index=index, step=STEPS[index], attempt=attempt)
@@ -333,11 +341,14 @@ async def test_the_unfinished_run_is_recovered_with_steps_of_every_locator_kind(
     assert untimed[6:] == [
         ("StepFailed", {"index": 2, "step": "BookHotel", "kind": FailureKind.INTERRUPTED, "error": CRASH}),
         ("CompensationStarted", {"index": 2, "step": "BookHotel", "attempt": 1}),
-        ("CompensationSucceeded", {"index": 2, "step": "BookHotel", "attempt": 1}),
+        ("CompensationSucceeded", {"index": 2, "step": "BookHotel", "attempt": 1, "nothing_to_undo": False}),
         ("CompensationStarted", {"index": 1, "step": "reserve_seat", "attempt": 1}),
-        ("CompensationSucceeded", {"index": 1, "step": "reserve_seat", "attempt": 1}),
+        (
+            "CompensationSucceeded",
+            {"index": 1, "step": "reserve_seat", "attempt": 1, "nothing_to_undo": False},
+        ),
         ("CompensationStarted", {"index": 0, "step": "Pay", "attempt": 1}),
-        ("CompensationSucceeded", {"index": 0, "step": "Pay", "attempt": 1}),
+        ("CompensationSucceeded", {"index": 0, "step": "Pay", "attempt": 1, "nothing_to_undo": False}),
         ("SagaRolledBackEvent", {"saga": SAGA, "report": report}),
     ]
     assert [run.status for run in read_runs(golden)][-1] is SagaStatus.ROLLED_BACK

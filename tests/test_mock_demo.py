@@ -1,4 +1,8 @@
-"""`make demo`: the travel saga through a real client session against the mock agency, three ways."""
+"""`make demo`: the travel saga through a real client session against the mock agency, three ways.
+
+In the third the hotel's booking timed out before it was made: its in-doubt undo says "nothing to
+undo", as the ledger (no hotel, one cancellation: the flight's) shows, not "undone".
+"""
 
 from __future__ import annotations
 
@@ -54,7 +58,7 @@ ledger:
   step 2 of 3: executing ReserveHotel
   step 2 of 3: ReserveHotel timed out
   compensating ReserveHotel
-  ReserveHotel undone
+  ReserveHotel nothing to undo
   compensating BookFlight
   BookFlight undone
   book_trip rolled back: {timeout}

@@ -11,6 +11,7 @@ import pytest
 import aegis_nb
 
 PUBLIC_API = [
+    "NOTHING_TO_UNDO",
     "TIMEOUT_META_KEY",
     "AegisContext",
     "AegisError",

@@ -66,6 +66,8 @@ def lane_caption(state: LaneState) -> str:
             return f"{phrases.UNDOING}…"
         case LaneState.COMPENSATED:
             return f"↩ {phrases.UNDONE}"
+        case LaneState.NOTHING_TO_UNDO:
+            return f"↩ {phrases.NOTHING_TO_UNDO}"
         case LaneState.STUCK:
             return f"⚠ {phrases.NOT_UNDONE}"
 
@@ -115,7 +117,7 @@ def message_label(message: Message) -> str:
             again = "" if message.attempt == 1 else f" · attempt {message.attempt}"
             return f"{phrases.COMPENSATE}{again}"
         case MessageKind.COMPENSATED:
-            return f"{phrases.UNDONE}{took}"
+            return f"{phrases.NOTHING_TO_UNDO if message.nothing_to_undo else phrases.UNDONE}{took}"
         case MessageKind.COMPENSATION_FAILED:
             then = (
                 phrases.RETRYING

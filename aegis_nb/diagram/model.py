@@ -40,6 +40,8 @@ class LaneState(enum.Enum):
     TIMED_OUT = "timed out"
     COMPENSATING = "compensating"
     COMPENSATED = "compensated"
+    NOTHING_TO_UNDO = "nothing to undo"
+    """Compensated, and its compensation found nothing the step had done."""
     STUCK = "not undone"
 
 
@@ -76,6 +78,7 @@ class Message(NamedTuple):
     budget: float | None = None
     will_retry: bool = False
     failure: FailureKind | None = None
+    nothing_to_undo: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +256,8 @@ class SequenceBuilder:
         )
 
     def _compensation_succeeded(self, event: CompensationSucceeded) -> None:
-        self._lanes[event.index] = LaneState.COMPENSATED
+        nothing = event.nothing_to_undo
+        self._lanes[event.index] = LaneState.NOTHING_TO_UNDO if nothing else LaneState.COMPENSATED
         self._messages.append(
             Message(
                 event.seq,
@@ -262,6 +266,7 @@ class SequenceBuilder:
                 event.index,
                 attempt=event.attempt,
                 duration=event.duration,
+                nothing_to_undo=nothing,
             )
         )
 

@@ -62,6 +62,7 @@ LANE_LOOKS: dict[LaneState, LaneLook] = {
     LaneState.TIMED_OUT: LaneLook("#ffedd5", "#ea580c", "#7c2d12", "#c2410c"),
     LaneState.COMPENSATING: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "#6d28d9"),
     LaneState.COMPENSATED: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "#6d28d9"),
+    LaneState.NOTHING_TO_UNDO: LaneLook("#ede9fe", "#7c3aed", "#4c1d95", "#6d28d9"),
     LaneState.STUCK: LaneLook("#ffe4e6", "#9f1239", "#881337", "#9f1239"),
 }
 

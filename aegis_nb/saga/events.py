@@ -85,10 +85,15 @@ class CompensationStarted(StepEvent):
 
 @dataclass(frozen=True, slots=True)
 class CompensationSucceeded(StepEvent):
-    """A step's compensate() returned: its effect is undone."""
+    """A step's compensate() returned: its effect is undone.
+
+    `nothing_to_undo` when it returned `NOTHING_TO_UNDO`: it found its step had done nothing (an
+    in-doubt step that never acted), so there was nothing to undo.
+    """
 
     attempt: int
     duration: float
+    nothing_to_undo: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.executor import DeadlineGuard
 from aegis_nb.kernel.report import CompensationFailure, ErrorInfo, FailureKind, SagaReport, SagaStatus
+from aegis_nb.kernel.undo import NOTHING_TO_UNDO
 from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.events import (
@@ -157,7 +158,7 @@ class _Rollback:
             self._arm(backstop, started, started + self.budget)
             ctx = snapshot.with_budget(started + self.budget)
             try:
-                await spec.step.compensate(ctx, *spec.args, **spec.kwargs)
+                result = await spec.step.compensate(ctx, *spec.args, **spec.kwargs)
             except BaseException as exc:
                 if isinstance(exc, Exception) or _stray_cancellation(exc):
                     if await self._failed(exc, started, backstop):
@@ -175,6 +176,7 @@ class _Rollback:
                     step=spec.name,
                     attempt=self.attempt,
                     duration=now - started,
+                    nothing_to_undo=result is NOTHING_TO_UNDO,
                 )
             )
             self.compensated.append(spec.name)

@@ -57,7 +57,8 @@ def describe(event: SagaEvent) -> str:
             again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
             return f"  <~ {_flat(event.step)}.{phrases.COMPENSATE}{again}"
         case CompensationSucceeded():
-            return f"  ~> {_flat(event.step)} {phrases.UNDONE} ({_ms(event.duration)})"
+            undone = phrases.NOTHING_TO_UNDO if event.nothing_to_undo else phrases.UNDONE
+            return f"  ~> {_flat(event.step)} {undone} ({_ms(event.duration)})"
         case CompensationFailed():
             then = phrases.WILL_RETRY if event.will_retry else phrases.GIVING_UP
             failed = phrases.COMPENSATION_FAILED

@@ -103,7 +103,7 @@ def _words(event: SagaEvent, total_steps: int) -> str:
                 again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
                 return f"{phrases.COMPENSATING} {event.step}{again}"
             case CompensationSucceeded():
-                return f"{event.step} {phrases.UNDONE}"
+                return f"{event.step} {phrases.NOTHING_TO_UNDO if event.nothing_to_undo else phrases.UNDONE}"
             case CompensationFailed():
                 then = phrases.WILL_RETRY if event.will_retry else phrases.GIVING_UP
                 return f"{phrases.COMPENSATING} {event.step} {phrases.FAILED}: {event.error} ({then})"

@@ -22,6 +22,7 @@ from typing import Any
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError, ToolError
 from aegis_nb.kernel.executor import ToolExecutor
+from aegis_nb.kernel.undo import NOTHING_TO_UNDO, Undo
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.session import ToolCaller
 
@@ -103,7 +104,9 @@ class ToolPairStep:
         result = await self.session.call_tool(self.execute_tool, tool_args)
         return ctx.with_metadata({self.result_key: result})
 
-    async def compensate(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> None:
+    async def compensate(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> Undo | None:
+        """Call the undo tool; `NOTHING_TO_UNDO` when its structured result says ``"changed": false``
+        (an in-doubt step whose tool never acted, say), so the run says so rather than "undone"."""
         result = ctx.metadata.get(self.result_key)
         if self.undo_arguments is not None:
             built = self.undo_arguments(ctx, result)
@@ -117,9 +120,13 @@ class ToolPairStep:
             tool_args = {}
             self._add_key(ctx, tool_args)
         # A compensation gets an exact budget in its context; the engine's backstop is looser.
-        await _EXECUTOR.run_named(
+        undone = await _EXECUTOR.run_named(
             f"{self.name}.compensate", ctx, self.session.call_tool, self.compensate_tool, tool_args
         )
+        # Only an explicit false: a tool that says nothing about it is taken at its word, undone.
+        if isinstance(undone, Mapping) and undone.get("changed") is False:
+            return NOTHING_TO_UNDO
+        return None
 
     def _add_key(self, ctx: AegisContext, tool_args: dict[str, Any]) -> None:
         if self.idempotency_arg is not None:

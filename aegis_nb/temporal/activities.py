@@ -40,6 +40,7 @@ from aegis_nb.kernel.executor import ToolExecutor
 from aegis_nb.kernel.scrubbing import exception_text, scrub
 from aegis_nb.kernel.shielding import outlast
 from aegis_nb.kernel.text import replace_surrogates
+from aegis_nb.kernel.undo import NOTHING_TO_UNDO
 from aegis_nb.saga.durable.codec import context_to_json
 from aegis_nb.saga.durable.locator import StepResolver
 from aegis_nb.temporal.names import COMPENSATE_ACTIVITY, EXECUTE_ACTIVITY
@@ -80,10 +81,14 @@ class SagaActivities:
         return context_to_json(restamp(result, deadline, result.run_id, result.step_index))
 
     @activity.defn(name=COMPENSATE_ACTIVITY)
-    async def compensate(self, payload: dict[str, Any]) -> None:
-        """Run one attempt of one step's compensate under the budget in its context."""
+    async def compensate(self, payload: dict[str, Any]) -> dict[str, bool]:
+        """Run one attempt of one step's compensate under the budget in its context.
+
+        Returns ``{"nothing_to_undo": true}`` when the step returned `NOTHING_TO_UNDO`, else ``{}``.
+        """
         call, step, ctx = self._prepare(payload)
-        await self._run(call, ctx, step.compensate)
+        result = await self._run(call, ctx, step.compensate)
+        return {"nothing_to_undo": True} if result is NOTHING_TO_UNDO else {}
 
     def _prepare(self, payload: dict[str, Any]) -> tuple[StepCall, Any, AegisContext]:
         try:

@@ -272,7 +272,7 @@ class _Run:
                     CompensationStarted(*recorder.header(), index=step.index, step=step.name, attempt=attempt)
                 )
                 try:
-                    await self._shielded(partial(self._compensate, step, ctx, budget))
+                    result = await self._shielded(partial(self._compensate, step, ctx, budget))
                 except ActivityError as exc:
                     error = self._step_error(exc, step.name, budget).info
                     will_retry = attempt < policy.attempts
@@ -301,6 +301,8 @@ class _Run:
                         step=step.name,
                         attempt=attempt,
                         duration=workflow.time() - now,
+                        # An older worker's activity returns None: undone, as it always meant.
+                        nothing_to_undo=isinstance(result, dict) and result.get("nothing_to_undo") is True,
                     )
                 )
                 break

@@ -327,31 +327,45 @@ _CODECS: Final[Mapping[object, tuple[Encoder | None, Decoder]]] = MappingProxyTy
 _DEADLINE: Final[tuple[Encoder | None, Decoder]] = (_deadline_to_json, _deadline_from_json)
 
 
-def _layout(cls: type) -> tuple[tuple[str, Encoder | None, Decoder], ...]:
-    """Each field of event class `cls` in order, with its encoder (None: already JSON) and decoder."""
+_REQUIRED: Final = dataclasses.MISSING
+
+
+def _layout(cls: type) -> tuple[tuple[str, Encoder | None, Decoder, object], ...]:
+    """Each field of event class `cls` in order, with its encoder (None: already JSON), decoder and
+    default (`_REQUIRED` for none)."""
     hints = get_type_hints(cls)
     layout = []
     for field in dataclasses.fields(cls):
         codec = _DEADLINE if field.name == "deadline" else _CODECS.get(hints[field.name])
         if codec is None:
             raise TypeError(f"{cls.__name__}.{field.name}: no JSON codec for {hints[field.name]!r}")
-        layout.append((field.name, *codec))
+        layout.append((field.name, *codec, field.default))
     return tuple(layout)
 
 
 _LAYOUTS: Final = MappingProxyType({cls: _layout(cls) for cls in EVENT_TYPES})
 EVENT_LAYOUTS: Final = MappingProxyType(
-    {cls: tuple((name, encode) for name, encode, _ in layout) for cls, layout in _LAYOUTS.items()}
+    {
+        cls: tuple((name, encode, default) for name, encode, _, default in layout)
+        for cls, layout in _LAYOUTS.items()
+    }
 )
-"""Per event class, each field's name and encoder (None: already JSON). Encoding runs twice per
-step, so the field types are looked at once, at import, rather than per event."""
+"""Per event class, each field's name, encoder (None: already JSON) and default. Encoding runs twice
+per step, so the field types are looked at once, at import, rather than per event."""
 
 
 def event_to_json(event: SagaEvent) -> dict[str, Any]:
-    """An event as a versioned JSON object: ``{"v": 1, "type": "StepSucceeded", ...fields}``."""
+    """An event as a versioned JSON object: ``{"v": 1, "type": "StepSucceeded", ...fields}``.
+
+    A field added after 0.1.0 has a default and is left out while it holds it, so the events 0.1.0
+    wrote are written byte for byte as it wrote them (and 0.1.0, which refuses unknown fields, still
+    reads them).
+    """
     data: dict[str, Any] = {"v": SCHEMA_VERSION, "type": type(event).__name__}
-    for name, encode in EVENT_LAYOUTS[type(event)]:
+    for name, encode, default in EVENT_LAYOUTS[type(event)]:
         value = getattr(event, name)
+        if default is not _REQUIRED and value == default:
+            continue
         data[name] = value if encode is None else encode(value)
     return data
 
@@ -367,9 +381,14 @@ def event_from_json(data: Mapping[str, Any]) -> SagaEvent:
     if cls is None:
         raise RecordError(f"unknown event type {name!r}")
     layout = _LAYOUTS[cls]
-    expected = {field for field, _, _ in layout} | {"v", "type"}
-    if set(data) != expected:
-        missing, extra = sorted(expected - set(data)), sorted(set(data) - expected)
+    known = {field for field, _, _, _ in layout} | {"v", "type"}
+    required = {field for field, _, _, default in layout if default is _REQUIRED} | {"v", "type"}
+    present = set(data)
+    if not required <= present <= known:
+        missing, extra = sorted(required - present), sorted(present - known)
         raise RecordError(f"{name}: missing fields {missing}, unexpected fields {extra}")
-    values = [decode(data[field], f"{name}.{field}") for field, _, decode in layout]
+    values: list[Any] = [
+        decode(data[field], f"{name}.{field}") if field in data else default
+        for field, _, decode, default in layout
+    ]
     return cls(*values)  # type: ignore[return-value]
