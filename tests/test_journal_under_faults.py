@@ -25,7 +25,6 @@ SHOWN = 5
 """Violations quoted in a failure message (each with its seed and the run's events); the rest are counted."""
 
 
-
 def failure_message(tally: Tally) -> str:
     shown = "\n".join(tally.violations[:SHOWN])
     more = len(tally.violations) - SHOWN
