@@ -181,9 +181,12 @@ class Crash(BaseException):
 
 
 class CrashableJournal(Journal, Protocol):
-    """A journal that can drop what it has not written and close, as a killed process would."""
+    """A journal that can drop what it has not written and close, as a killed process would, or close
+    properly (`aclose`) when the run ended before the crash point."""
 
     def abandon(self) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class CrashingJournal:
