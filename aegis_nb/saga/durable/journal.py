@@ -136,6 +136,9 @@ class SqliteJournal:
         self._opening: anyio.Lock | None = None
         self._pending = BatchWriter(self._write, self._settle, self._write_error)
         self._live: dict[str, _LiveRun] = {}
+        # A run's row, held back until its first event: queued on its own, another run's commit
+        # could write it alone, and a crash would then leave a run that seems to have started.
+        self._unstarted: dict[str, NewRun] = {}
         self._broken: dict[str, JournalError] = {}
         self._closed = False
 
@@ -197,13 +200,13 @@ class SqliteJournal:
     # -- the Journal protocol ----------------------------------------------------------------------
 
     async def open_run(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
-        """Refuse the run unless recovery could rebuild every step; then queue the run's row."""
+        """Refuse the run unless recovery could rebuild every step; its row goes with its first event."""
         specs = tuple(specs)
         locators = tuple(self._locate(saga, spec) for spec in specs)
         one_object_per_registered_name(saga, specs, locators)
         await self.open()
         self._live[run_id] = _LiveRun(frozenset(s.index for s in specs if s.in_doubt), len(specs) - 1)
-        self._pending.queue(NewRun(run_id, saga, encode_steps(specs, locators)))
+        self._unstarted[run_id] = NewRun(run_id, saga, encode_steps(specs, locators))
 
     async def append(self, event: SagaEvent) -> None:
         """Record `event`; return once it is as durable as the engine needs (see the module docstring).
@@ -216,6 +219,8 @@ class SqliteJournal:
         if broken is not None:
             raise broken.again()
         row = EventRow(run_id, event.seq, encode_event(event), _STATUS.get(type(event)))
+        if (new_run := self._unstarted.pop(run_id, None)) is not None:
+            self._pending.queue(new_run)  # in the same batch as `row`: nothing yields in between
         live = self._live.get(run_id)
         level = durability_of(event) if live is None else live.durability(event)
         if level is Durability.QUEUED and self._file is not None:  # never a run's end: always synced
@@ -227,6 +232,7 @@ class SqliteJournal:
         """The run's call is over. Until now it was live, and recovery left it alone: had it read
         the run before its end was on disk, it would have undone a run about to commit."""
         self._live.pop(run_id, None)
+        self._unstarted.pop(run_id, None)
         self._broken.pop(run_id, None)
         self._pending.forget(run_id)
 
