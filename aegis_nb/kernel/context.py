@@ -155,7 +155,10 @@ class AegisContext:
         of its own, since it runs when the forward deadline may already be spent. A step gains
         nothing by calling it: the engine caps the context a step returns at the step's deadline.
         """
-        if (seconds := _number(deadline)) is None:
+        # The engine's budgets are floats and skip the checks (one per compensation); NaN is the one
+        # float that is no deadline.
+        is_float = type(deadline) is float and not math.isnan(deadline)
+        if (seconds := deadline if is_float else _number(deadline)) is None:
             raise TypeError(f"deadline must be a number on the loop clock, got {deadline!r}")
         return _context(self._metadata, seconds, self._run_id, self._step_index)
 
