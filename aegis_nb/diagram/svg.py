@@ -5,11 +5,14 @@ arrows and their replies, a red rollback box holding the `compensate()` arrows, 
 coloured by outcome. Same model, same bytes: no clock, no randomness, no global counter. Element ids
 derive from the run id and the number of events, so several diagrams inlined in one page never
 share an id; names and error text are escaped, and made valid XML text with their control
-characters shown as escapes (see `esc`). Huge runs are folded by `layout`.
+characters shown as escapes (see `esc`). An arrow label too long for its arrow goes on to a second
+line at a " · " or " (budget" boundary, its row a line taller (`_Drawing._label`). Huge runs are
+folded by `layout`.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import re
 from dataclasses import dataclass
@@ -81,7 +84,6 @@ ROW_H = 32
 NOTE_H = 38
 FOOT_LINE_H = 18  # the summary under the drawing wraps onto up to FOOT_LINES lines
 FOOT_LINES = 3
-CHAR_W = 7.0  # rough width of a 12.5px sans-serif character, for placing arrow labels
 MIN_LANE_W = 140
 MAX_LANE_W = 200
 MIN_WIDTH = 600
@@ -89,7 +91,49 @@ FEET_AFTER_ROWS = 16  # taller diagrams repeat the lane heads at the bottom, as 
 ROLLBACK_LEFT = PAD + GUTTER - 8  # the rollback box's left edge, just right of the row times
 WIDE_LANES = 7  # wider diagrams name the step in each label and set it by the step's end
 
+LABEL_LINE_H = 15  # a wrapped arrow label's second line, added to its row's height
+LABEL_INSET = 10  # room an arrow label leaves at each end of its arrow, clear of the activation bars
+LABEL_SIZE = 12.5
+LABEL_CHARS = 110  # the most characters a line of an arrow label shows, however long its arrow
+# Where a label too long for its arrow may go on to a second line, and how many characters of the
+# mark the break drops: "ok · 10.0 ms" loses its " · ", "(budget 90.0 ms)" keeps its bracket.
+LABEL_BREAKS = ((" · ", 3), (f" ({phrases.BUDGET} ", 1))
+
 _NONCHARACTERS = re.compile("[\ufffe\uffff]")  # XML forbids them; they mean nothing to show
+
+
+class Anchor(enum.Enum):
+    """Where an arrow label's lines are set: the SVG ``text-anchor`` of each."""
+
+    START = "start"
+    MIDDLE = "middle"
+    END = "end"
+
+
+@dataclass(frozen=True, slots=True)
+class ArrowLabel:
+    """An arrow's label as drawn: one or two lines, anchored at `at`."""
+
+    lines: tuple[str, ...]
+    anchor: Anchor
+    at: float
+    bold: bool
+
+
+def breaks(text: str) -> tuple[tuple[str, str], ...]:
+    """Each way to set `text` on two lines at a `LABEL_BREAKS` boundary, in the order they occur."""
+    splits: list[tuple[int, str, str]] = []
+    for mark, dropped in LABEL_BREAKS:
+        start = text.find(mark)
+        while start > 0:
+            if text[start + len(mark) :]:
+                splits.append((start, text[:start], text[start + dropped :]))
+            start = text.find(mark, start + 1)
+    return tuple((first, rest) for _, first, rest in sorted(splits))
+
+
+def _extra_height(label: ArrowLabel | None) -> int:
+    return 0 if label is None else LABEL_LINE_H * (len(label.lines) - 1)
 
 
 def esc(text: str) -> str:
@@ -135,22 +179,70 @@ class _Drawing:
         self.cause = labels.cause_line(model)
         self.head_top = PAD + (74 if self.cause else 54)
         self.rows_top = self.head_top + HEAD_H + 16
+        self.width = max(MIN_WIDTH, 2 * PAD + GUTTER + len(self.plan.lanes) * self.lane_w)
+        self.wide = len(self.plan.lanes) > WIDE_LANES
+        # Each arrow's label is set first: one that wraps makes its row a line taller.
+        self.labels = tuple(self._label(row) for row in self.plan.rows)
         self.row_tops: list[int] = []
         y = self.rows_top
-        for row in self.plan.rows:
+        for row, label in zip(self.plan.rows, self.labels, strict=True):
             self.row_tops.append(y)
-            y += NOTE_H if row.kind is RowKind.ROLLBACK else ROW_H
+            y += NOTE_H if row.kind is RowKind.ROLLBACK else ROW_H + _extra_height(label)
         self.rows_bottom = y + 10
-        self.width = max(MIN_WIDTH, 2 * PAD + GUTTER + len(self.plan.lanes) * self.lane_w)
         long = len(self.plan.rows) > FEET_AFTER_ROWS
         self.feet_top: int | None = self.rows_bottom + 6 if long else None
         self.bottom = self.rows_bottom if self.feet_top is None else self.feet_top + HEAD_H
         self.footer = self._footer_lines()
         self.height = self.bottom + 44 + FOOT_LINE_H * (len(self.footer) - 1)
-        self.wide = len(self.plan.lanes) > WIDE_LANES
 
     def x(self, lane: int) -> float:
         return PAD + GUTTER + self.lane_w * lane + self.lane_w / 2
+
+    def arrow_y(self, index: int) -> int:
+        """The y of row `index`'s arrow: its row's foot, under a label of one line or two."""
+        return self.row_tops[index] + ROW_H - 10 + _extra_height(self.labels[index])
+
+    def _label(self, row: Row) -> ArrowLabel | None:
+        """How a message row's label is set: over its arrow on one line, else on two at a `breaks` boundary.
+
+        Only a label too long for its arrow even on two lines (a long error) is set from the engine
+        rightwards, over the lanes beyond, and cut where the drawing ends (the row's tooltip holds it
+        all). Growing the drawing instead would make a live view jump wider when a failure arrives,
+        and shrink an explorer pane's picture to make room.
+        """
+        message = row.message
+        if row.kind is not RowKind.MESSAGE or message is None or row.lane is None:
+            return None
+        kind = message.kind
+        bold = kind in (MessageKind.FAILED, MessageKind.TIMED_OUT)
+        text = labels.message_label(message)
+        if self.wide:
+            text = f"{printable_line(self.model.steps[message.step])}: {text}"
+        # Clipped twice: the whole text bounds the work on a long error, each line what is shown.
+        text = labels.clip(text, 2 * LABEL_CHARS)
+        x0, x1 = self.x(0) + 6, self.x(row.lane) - 6
+        room = x1 - x0 - 2 * LABEL_INSET
+
+        def width(line: str) -> float:
+            return text_width(line, LABEL_SIZE, bold=bold)
+
+        one = (labels.clip(text, LABEL_CHARS),)
+        # The most even split first: it leaves the most room either side.
+        splits = sorted(breaks(text), key=lambda pair: max(map(width, pair)))
+        fitting = [
+            pair for pair in splits if max(map(width, pair)) <= room and max(map(len, pair)) <= LABEL_CHARS
+        ]
+        if width(one[0]) <= room or fitting:
+            lines = one if width(one[0]) <= room else fitting[0]
+            if self.wide:
+                # Readable where the arrow ends, however far right that is.
+                return ArrowLabel(lines, Anchor.END, x1 - LABEL_INSET, bold)
+            return ArrowLabel(lines, Anchor.MIDDLE, (x0 + x1) / 2, bold)
+        at = x0 + 8
+        room = self.width - PAD - 6 - at
+        lines = splits[0] if splits else one
+        shown = (fit(labels.clip(line, LABEL_CHARS), room, LABEL_SIZE, bold=bold) for line in lines)
+        return ArrowLabel(tuple(shown), Anchor.START, at, bold)
 
     def _lane_name(self, lane: Lane) -> str:
         if lane.kind is LaneKind.ENGINE:
@@ -264,14 +356,14 @@ class _Drawing:
         rollback: list[str] = []
         rollback_top: int | None = None
         compensations = 0
-        for row, top in zip(self.plan.rows, self.row_tops, strict=True):
+        for index, (row, top) in enumerate(zip(self.plan.rows, self.row_tops, strict=True)):
             if row.kind is RowKind.ROLLBACK:
                 rollback_top = top
                 rollback.append(self._rollback_note(top))
             elif rollback_top is None:
-                out.append(self._row(row, top))
+                out.append(self._row(index))
             else:
-                rollback.append(self._row(row, top))
+                rollback.append(self._row(index))
                 if row.message is not None:
                     compensations += row.message.kind is MessageKind.COMPENSATE
                 else:
@@ -300,11 +392,11 @@ class _Drawing:
         """Narrow bars on a step's lifeline from each call to its reply (open while it runs)."""
         bars: list[str] = []
         open_at: dict[int, tuple[float, MessageKind]] = {}
-        for row, top in zip(self.plan.rows, self.row_tops, strict=True):
+        for index, row in enumerate(self.plan.rows):
             message = row.message
             if row.kind is not RowKind.MESSAGE or message is None or row.lane is None:
                 continue
-            y = top + ROW_H - 10
+            y = self.arrow_y(index)
             if message.kind.is_call:
                 open_at[row.lane] = (y, message.kind)
             elif row.lane in open_at:
@@ -334,25 +426,26 @@ class _Drawing:
             f'font-weight="700" fill="#9a3412" text-anchor="middle">{esc(text)}</text></g>'
         )
 
-    def _row(self, row: Row, top: int) -> str:
-        y = top + ROW_H - 10
+    def _row(self, index: int) -> str:
+        row, top, label = self.plan.rows[index], self.row_tops[index], self.labels[index]
+        y = self.arrow_y(index)
         if row.kind is RowKind.FOLD and row.lane is None:
-            label = labels.fold_label(row.arrows, row.kinds)
+            folded = labels.fold_label(row.arrows, row.kinds)
             return (
                 f'<g class="aegis-fold"><rect x="{PAD + GUTTER}" y="{top + 4}" '
                 f'width="{self.width - 2 * PAD - GUTTER}" height="{ROW_H - 8}" rx="6" fill="#f1f5f9"/>'
                 f'<text x="{self.width / 2:.1f}" y="{top + 21}" font-size="12" font-style="italic" '
-                f'fill="{MUTED}" text-anchor="middle">{esc(label)}</text></g>'
+                f'fill="{MUTED}" text-anchor="middle">{esc(folded)}</text></g>'
             )
         assert row.lane is not None
         x0, x1 = self.x(0) + 6, self.x(row.lane) - 6
         if row.kind is RowKind.FOLD:
-            label = labels.fold_label(row.arrows, row.kinds)
+            folded = labels.fold_label(row.arrows, row.kinds)
             return (
                 f'<g class="aegis-fold"><line x1="{x0:.1f}" y1="{y}" x2="{x1:.1f}" y2="{y}" stroke="#94a3b8" '
                 f'stroke-width="2" stroke-dasharray="1 5" stroke-linecap="round"/>'
                 f'<text x="{x0 + 8:.1f}" y="{y - 7}" font-size="12" font-style="italic" fill="{MUTED}" '
-                f'paint-order="stroke" stroke="#ffffff" stroke-width="4">{esc(label)}</text></g>'
+                f'paint-order="stroke" stroke="#ffffff" stroke-width="4">{esc(folded)}</text></g>'
             )
         message = row.message
         assert message is not None
@@ -360,32 +453,26 @@ class _Drawing:
         colour = ARROW_COLOURS[kind]
         start, end = (x0, x1) if kind.is_call else (x1, x0)
         dash = "" if kind.is_call else ' stroke-dasharray="6 4"'
-        weight = "600" if kind in (MessageKind.FAILED, MessageKind.TIMED_OUT) else "500"
-        label = labels.message_label(message)
+        assert label is not None
+        weight = "600" if label.bold else "500"
         ink = INK if kind is MessageKind.EXECUTE else colour
         offset = message.time - self.model.started
         step = printable_line(self.model.steps[message.step])
-        shown = labels.clip(f"{step}: {label}" if self.wide else label, 110)
-        if len(shown) * CHAR_W + 20 > x1 - x0:
-            # Longer than its arrow: from the engine rightwards, cut where the drawing ends (the
-            # row's tooltip holds it all). Growing the drawing instead would make a live view jump
-            # wider when a failure arrives, and shrink an explorer pane's picture to make room.
-            anchor, at = "start", x0 + 8
-            shown = fit(shown, self.width - PAD - 6 - at, 12.5, bold=weight == "600")
-        elif self.wide:
-            anchor, at = "end", x1 - 10  # readable where the arrow ends, however far right that is
-        else:
-            anchor, at = "middle", (x0 + x1) / 2
+        # The last line sits where a one-line label does; a first line above it.
+        last = len(label.lines) - 1
+        texts = "".join(
+            f'<text x="{label.at:.1f}" y="{y - 7 - LABEL_LINE_H * (last - n)}" font-size="{LABEL_SIZE}" '
+            f'font-weight="{weight}" fill="{ink}" text-anchor="{label.anchor.value}" paint-order="stroke" '
+            f'stroke="#ffffff" stroke-width="4" stroke-linejoin="round">{esc(line)}</text>'
+            for n, line in enumerate(label.lines)
+        )
         return (
             f'<g class="aegis-msg aegis-{kind.name.lower()}" data-seq="{message.seq}" '
-            f'data-step="{message.step}"><title>{esc(step)}: {esc(label)}</title>'
+            f'data-step="{message.step}"><title>{esc(step)}: {esc(labels.message_label(message))}</title>'
             f'<text x="{PAD + GUTTER - 10}" y="{y + 4}" font-size="10.5" fill="#94a3b8" text-anchor="end">'
             f"+{esc(labels.duration(offset))}</text>"
             f'<line x1="{start:.1f}" y1="{y}" x2="{end:.1f}" y2="{y}" stroke="{colour}" stroke-width="1.8"'
-            f'{dash} marker-end="url(#{self.prefix}-head-{kind.name.lower()})"/>'
-            f'<text x="{at:.1f}" y="{y - 7}" font-size="12.5" font-weight="{weight}" fill="{ink}" '
-            f'text-anchor="{anchor}" paint-order="stroke" stroke="#ffffff" stroke-width="4" '
-            f'stroke-linejoin="round">{esc(shown)}</text></g>'
+            f'{dash} marker-end="url(#{self.prefix}-head-{kind.name.lower()})"/>{texts}</g>'
         )
 
     def _footer_lines(self) -> tuple[str, ...]:
