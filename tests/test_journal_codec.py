@@ -337,7 +337,7 @@ STORED_BY_0_1_0: list[tuple[SagaEvent, str]] = [
     (
         SagaRolledBackEvent("r1", 7, 5.0, "trip", 3.5, REFUSED_REPORT),
         (
-            '{"v":1,"type":"SagaRolledBackEvent","run_id":"r1","seq":7,"time":5.0,"saga":"trip"'
+            '{"v":1,"type":"SagaCompensated","run_id":"r1","seq":7,"time":5.0,"saga":"trip"'
             ',"duration":3.5,"report":{"run_id":"r1","saga":"trip","status":"stuck","steps":["A","B"]'
             ',"succeeded":[{"index":0,"name":"A"}],"failed_step":{"index":1,"name":"B"}'
             ',"failure_kind":"timeout","cause":{"type":"ToolTimeoutError","message":"too slow"'

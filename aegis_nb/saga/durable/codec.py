@@ -33,10 +33,14 @@ from aegis_nb.saga.events import EVENT_TYPES, SagaEvent, SagaRolledBackEvent
 SCHEMA_VERSION: Final = 1
 """The version written into every record and into the journal file; readers refuse newer ones."""
 
-_EVENTS: Final = MappingProxyType(
-    # 0.1.0's name for SagaRolledBackEvent: journals written by it hold "SagaCompensated".
-    {cls.__name__: cls for cls in EVENT_TYPES} | {"SagaCompensated": SagaRolledBackEvent}
+_WIRE_NAMES: Final = MappingProxyType(
+    # SagaRolledBackEvent keeps 0.1.0's wire name, SagaCompensated, so journals and Temporal histories
+    # read the same in both versions: a 0.1.0 reader of a new journal would otherwise call it corrupt.
+    {cls: cls.__name__ for cls in EVENT_TYPES} | {SagaRolledBackEvent: "SagaCompensated"}
 )
+"""The ``type`` each event class is written as (a string only at the wire; classes everywhere else)."""
+
+_EVENTS: Final = MappingProxyType({name: cls for cls, name in _WIRE_NAMES.items()})
 
 JSONPath = tuple[str | int, ...]
 
@@ -361,7 +365,7 @@ def event_to_json(event: SagaEvent) -> dict[str, Any]:
     wrote are written byte for byte as it wrote them (and 0.1.0, which refuses unknown fields, still
     reads them).
     """
-    data: dict[str, Any] = {"v": SCHEMA_VERSION, "type": type(event).__name__}
+    data: dict[str, Any] = {"v": SCHEMA_VERSION, "type": _WIRE_NAMES[type(event)]}
     for name, encode, default in EVENT_LAYOUTS[type(event)]:
         value = getattr(event, name)
         if default is not _REQUIRED and value == default:
@@ -371,7 +375,7 @@ def event_to_json(event: SagaEvent) -> dict[str, Any]:
 
 
 def decode_event(text: str) -> SagaEvent:
-    """The event `eventtext.encode_event` wrote; `RecordError` if any field is missing, extra or mistyped."""
+    """The event `encode_event` wrote; `RecordError` if any field is missing, extra or mistyped."""
     return event_from_json(loads(text))
 
 
