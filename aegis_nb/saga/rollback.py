@@ -203,18 +203,7 @@ class _Rollback:
             secrets += argument_secrets(spec.args, spec.kwargs)
         error = ErrorInfo.from_exception(exc, secrets)
         will_retry = self.attempt < policy.attempts
-        recorder, now = self.recorder, self.clock()
-        await recorder.record(
-            CompensationFailed(
-                *recorder.header(now),
-                index=spec.index,
-                step=spec.name,
-                attempt=self.attempt,
-                duration=now - started,
-                error=error,
-                will_retry=will_retry,
-            )
-        )
+        await self._record_failure(spec, started, error, will_retry)
         if not will_retry:
             self.failures.append(CompensationFailure(spec.name, self.attempt, error))
             self.attempt, self.delays = 1, None
@@ -232,6 +221,13 @@ class _Rollback:
     async def _interrupted(self, spec: StepSpec, exc: BaseException, started: float) -> None:
         """Record that an interrupt stopped this attempt: it is still owed (``will_retry``), and the
         run stays unfinished in the journal, for `recover()` to finish."""
+        error = ErrorInfo(type(exc).__name__, "interrupted: the rest of the rollback is left for recovery")
+        await self._record_failure(spec, started, error, will_retry=True)
+
+    async def _record_failure(
+        self, spec: StepSpec, started: float, error: ErrorInfo, will_retry: bool
+    ) -> None:
+        """Record that the attempt in hand of `spec`'s compensation (begun at `started`) failed."""
         recorder, now = self.recorder, self.clock()
         await recorder.record(
             CompensationFailed(
@@ -240,10 +236,8 @@ class _Rollback:
                 step=spec.name,
                 attempt=self.attempt,
                 duration=now - started,
-                error=ErrorInfo(
-                    type(exc).__name__, "interrupted: the rest of the rollback is left for recovery"
-                ),
-                will_retry=True,
+                error=error,
+                will_retry=will_retry,
             )
         )
 
