@@ -1,7 +1,7 @@
 """`WorkflowEngine`: runs a saga forward and, on any failure, compensates what was done, newest first.
 
 The engine holds the defaults (retry policy, compensation budget), the journal and the sinks, and
-checks a saga before it runs; each run itself is a `Forward` (aegis_nb.saga.forward).
+checks a saga before it runs; each run itself is an `Execution` (aegis_nb.saga.execution).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from aegis_nb.saga.definition import normalize_saga
 from aegis_nb.saga.events import (
     SagaEvent,
 )
-from aegis_nb.saga.forward import Forward
+from aegis_nb.saga.execution import Execution
 from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.recorder import RunRecorder
@@ -153,11 +153,11 @@ class WorkflowEngine:
             sinks = (*sinks, *observers)
         sink_sets = (self._sinks, SinkSet(sinks)) if sinks else (self._sinks,)
         recorder = RunRecorder(run_id, clock, self.journal, sink_sets)
-        forward = Forward(recorder, name, specs, ctx, self.compensation_retry, self.compensation_budget)
+        execution = Execution(recorder, name, specs, ctx, self.compensation_retry, self.compensation_budget)
         if self.journal is None:
-            return await forward.run()
+            return await execution.run()
         try:
-            return await forward.run()
+            return await execution.run()
         finally:
             # Ended, or given up (an interrupt, a journal that failed): either way, what the journal
             # holds of the run is now for recovery, in this process too.

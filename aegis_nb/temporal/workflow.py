@@ -116,7 +116,7 @@ class SagaWorkflow:
 
 
 class _Run:
-    """The forward phase, then commit or rollback (the engine's `Forward`, on workflow time)."""
+    """The forward phase, then commit or rollback (the engine's `Execution`, on workflow time)."""
 
     def __init__(self, plan: SagaPlan, recorder: RunRecorder, started: float) -> None:
         self.plan = plan

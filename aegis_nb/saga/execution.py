@@ -43,8 +43,8 @@ from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.saga.rollback import OwedCompensation, conclude_rollback, roll_back
 
 
-class Forward:
-    """One run: the steps forward, then the commit, or the rollback under `retry` and `budget`."""
+class Execution:
+    """One run of a saga: its steps forward, then the commit, or the rollback under `retry` and `budget`."""
 
     def __init__(
         self,
