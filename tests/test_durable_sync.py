@@ -123,7 +123,7 @@ async def test_a_failure_and_each_compensation_outcome_are_synced_before_anythin
         ("sync", ("StepStarted C", "StepFailed C")),
         ("sync", ("CompensationStarted B", "CompensationSucceeded B")),
         ("sync", ("CompensationStarted A", "CompensationSucceeded A")),
-        ("sync", ("SagaRolledBackEvent",)),
+        ("sync", ("SagaCompensated",)),  # SagaRolledBackEvent, under its 0.1.0 wire name
     ]
 
 
