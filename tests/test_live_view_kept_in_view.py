@@ -2,8 +2,8 @@
 
 "Run All" moves on down the notebook: a diagram growing in a cell above would grow out of sight.
 The notebook here has a long text before the saga's cell and another after it; while the saga runs
-(its steps pause), the page samples where the live diagram is every 25 ms: it must be on screen for
-most of the run and as it ends (the first samples may catch it before it was scrolled to).
+(its steps pause), the page samples where the live diagram is every 25 ms: once on screen it must stay
+there to the run's end (the first samples may catch it before it was scrolled to).
 """
 
 from __future__ import annotations
@@ -73,8 +73,11 @@ def test_the_running_diagram_stays_on_screen_while_run_all_moves_on(lab: Lab) ->
             where: list[bool] = page.evaluate("() => window.__where")
         finally:
             browser.close()
-    # Sampled while the diagram is drawn and running: on a loaded machine it may first be drawn late
-    # in the run's 2.4 s of pauses (6 samples in one CI run), so a handful is enough to judge by.
-    assert len(where) >= 4, where
-    assert sum(where) >= 0.7 * len(where), where
-    assert where[-1], where  # still on screen as the run ends
+    # Sampled while the diagram is drawn and running. In a fresh environment it may first be drawn
+    # late in the run's 2.4 s of pauses (3 and 6 samples in two CI runs), and the first samples may
+    # catch it before it was scrolled to; from its first sample on screen, it must stay there.
+    assert True in where, where
+    kept = where[where.index(True) :]
+    assert len(kept) >= 2, where
+    assert sum(kept) >= 0.7 * len(kept), where  # on screen from then on, mostly
+    assert kept[-1], where  # and as the run ends
