@@ -141,7 +141,7 @@ def test_importing_aegis_nb_loads_no_durable_journal_until_one_is_asked_for() ->
 
 def test_the_0_1_0_name_of_the_rolled_back_event_still_imports_with_a_warning() -> None:
     # Users' sinks written for 0.1.0 match on `SagaCompensated`; journals need no alias (the decoder
-    # reads the old name: tests/test_journal_schema_1.py).
+    # reads the old name: tests/test_journals_of_the_first_release_still_open.py).
     import aegis_nb.saga
 
     message = "SagaCompensated is renamed SagaRolledBackEvent; the old name will go"

@@ -5,7 +5,7 @@ change when the code does, since it stands for journals already on users' disks:
 
     git worktree add /tmp/schema-1 b994940
     cp -r tests/golden /tmp/schema-1/tests/
-    cd /tmp/schema-1 && python -m tests.golden.make_journal_schema_1 tests/golden/journal-schema-1.db
+    cd /tmp/schema-1 && python -m tests.golden.write_first_release_journal tests/golden/journal-schema-1.db
 
 Five runs of one three-step saga whose steps are found by name (``payments``), by object
 (``reserve_seat``) and by class (``BookHotel``), with arguments: one committed; one rolled back after a

@@ -1,7 +1,7 @@
 """Journals written by 0.1.0 (schema 1) still open: every kind of record they hold reads back whole.
 
 ``tests/golden/journal-schema-1.db`` was written by the last schema-1 code (see
-``tests/golden/make_journal_schema_1.py``) and is never rewritten: it stands for the journals on users'
+``tests/golden/write_first_release_journal.py``) and is never rewritten: it stands for the journals on users'
 disks. It holds five runs of one saga whose steps are found by name, by object and by class, with
 arguments; every event type; contexts with secrets in nested places, with and without deadlines;
 errors with and without the ``refused`` flag; reports of every final status; a recovered run; and a
