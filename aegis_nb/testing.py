@@ -211,6 +211,11 @@ class CrashingJournal:
     async def open_run(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
         await self.inner.open_run(run_id, saga, specs)
 
+    async def add_steps(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
+        if self.crashed:
+            raise Crash
+        await self.inner.add_steps(run_id, saga, specs)
+
     def close_run(self, run_id: str) -> None:
         self.inner.close_run(run_id)
 

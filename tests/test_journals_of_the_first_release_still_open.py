@@ -89,11 +89,20 @@ def seen(ctx: AegisContext) -> Context:
     return Context(ctx.metadata, ctx.deadline, ctx.run_id, ctx.step_index)
 
 
+ADDED_SINCE = frozenset({"group"})  # StepEvent.group: parallel groups, after 0.1.0
+
+
 def shown(event: SagaEvent) -> tuple[str, dict[str, Any]]:
-    """An event as its type and fields, its context (if any) as a `Context`."""
+    """An event as its type and fields, its context (if any) as a `Context`.
+
+    Fields added since the first release must read back as their defaults, and are left out.
+    """
     fields = {}
     for field in dataclasses.fields(event):
         value = getattr(event, field.name)
+        if field.name in ADDED_SINCE:
+            assert value == field.default, (field.name, value)
+            continue
         fields[field.name] = seen(value) if isinstance(value, AegisContext) else value
     return type(event).__name__, fields
 

@@ -40,6 +40,8 @@ class FailureKind(enum.Enum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
+    REQUESTED = "requested"
+    """The saga's own code asked for the rollback (`Saga.rollback(reason)`); nothing failed."""
 
 
 @dataclass(frozen=True, slots=True)

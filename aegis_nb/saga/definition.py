@@ -31,6 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError
+from aegis_nb.saga.parallel import StepGroup
 from aegis_nb.saga.retry import RetryPolicy
 
 
@@ -50,7 +51,8 @@ SagaEntry = Step | tuple[Step, Sequence[Any], Mapping[str, Any]]
 @dataclass(frozen=True, slots=True)
 class StepSpec:
     """A checked saga entry, as the engine runs it: its place, its unique name, the live step object,
-    its arguments and its resolved options (`retry` None: the engine's policy).
+    its arguments and its resolved options (`retry` None: the engine's policy); `group` places a
+    parallel group's member in it.
 
     Live: `step` is the object itself, so a spec never leaves the process. What crosses into a
     journal or a Temporal history is a `StepRecord` (``saga.durable.steprecord``), which names the
@@ -65,6 +67,7 @@ class StepSpec:
     timeout: float | None
     retry: RetryPolicy | None
     in_doubt: bool
+    group: StepGroup | None = None
 
 
 def step_name(step: object) -> str:

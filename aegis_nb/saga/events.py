@@ -8,7 +8,7 @@ the live view and the MCP progress reporter are all sinks of these. A run ends w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, TypeAlias, TypeGuard
 
 from aegis_nb.kernel.context import AegisContext
@@ -28,6 +28,9 @@ class EventBase:
 class SagaStarted(EventBase):
     """A run began; `steps` are the display names in order, `deadline` is absolute (inf: none).
 
+    `steps` is the plan known when the run began: every step of a list saga (a group's members in
+    declaration order), none of a dynamic saga, whose steps are named by their events as they run.
+
     `context` is the initial context: what step 0 receives (and, if in doubt, compensates with).
     """
 
@@ -39,10 +42,16 @@ class SagaStarted(EventBase):
 
 @dataclass(frozen=True, slots=True)
 class StepEvent(EventBase):
-    """Fields every step-level event has."""
+    """Fields every step-level event has: the step's index in the run and its unique name.
+
+    `group` is set for a member of a parallel group: the index of the group's first member (members
+    have consecutive indexes from it, so the member number is ``index - group``). Events of a
+    group's members interleave; each names its own step.
+    """
 
     index: int
     step: str
+    group: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,11 @@ class Journal(Protocol):
         rebuild these steps (identity, JSON arguments) and raises, so that nothing runs otherwise."""
         ...
 
+    async def add_steps(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
+        """Steps a dynamic saga adds while it runs, before any of them starts: checked as `open_run`
+        checks its steps, and kept with the run, so recovery can rebuild them too."""
+        ...
+
     async def append(self, event: SagaEvent) -> None:
         """Record `event`; return only once it is as durable as this journal promises.
 
@@ -44,6 +49,9 @@ class InMemoryJournal:
 
     async def open_run(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
         """Nothing to check: an in-memory journal never outlives its steps."""
+
+    async def add_steps(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
+        """Nothing to check, for the same reason as `open_run`."""
 
     async def append(self, event: SagaEvent) -> None:
         self._runs.setdefault(event.run_id, []).append(event)

@@ -139,6 +139,10 @@ def _int(value: object, what: str) -> int:
     return value
 
 
+def _optional_int(value: object, what: str) -> int | None:
+    return None if value is None else _int(value, what)
+
+
 def _float(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise RecordError(f"{what} must be a number, got {value!r}")
@@ -319,6 +323,7 @@ _CODECS: Final[Mapping[object, tuple[Encoder | None, Decoder]]] = MappingProxyTy
     {
         str: (None, _str),
         int: (None, _int),
+        int | None: (None, _optional_int),
         float: (None, _float),
         bool: (None, _bool),
         tuple[str, ...]: (list, _names),
@@ -391,8 +396,8 @@ def event_from_json(data: Mapping[str, Any]) -> SagaEvent:
     if not required <= present <= known:
         missing, extra = sorted(required - present), sorted(present - known)
         raise RecordError(f"{name}: missing fields {missing}, unexpected fields {extra}")
-    values: list[Any] = [
-        decode(data[field], f"{name}.{field}") if field in data else default
+    values: dict[str, Any] = {
+        field: decode(data[field], f"{name}.{field}") if field in data else default
         for field, _, decode, default in layout
-    ]
-    return cls(*values)  # type: ignore[return-value]
+    }
+    return cls(**values)  # type: ignore[return-value]

@@ -208,6 +208,13 @@ class SqliteJournal:
         self._live[run_id] = _LiveRun(frozenset(s.index for s in specs if s.in_doubt), len(specs) - 1)
         self._unstarted[run_id] = NewRun(run_id, saga, encode_steps(specs, locators))
 
+    async def add_steps(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
+        """Refuse the steps a dynamic saga adds as it runs: this journal keeps a run's steps only as
+        given to `open_run`, so recovery could not rebuild them."""
+        raise StepNotRecoverable(
+            f"saga {saga!r}: {self.path} cannot journal steps added while a saga runs (a dynamic saga)"
+        )
+
     async def append(self, event: SagaEvent) -> None:
         """Record `event`; return once it is as durable as the engine needs (see the module docstring).
 
