@@ -185,7 +185,7 @@ def test_a_step_wrapped_with_a_fault_is_checked_against_the_wrapped_step() -> No
 
 
 def test_the_class_check_is_cached_by_class_and_argument_shape() -> None:
-    from aegis_nb.saga.definition import _class_mismatch
+    from aegis_nb.saga.binding import class_mismatch
 
     class Fresh:
         async def execute(self, ctx: AegisContext, n: int) -> None:
@@ -194,10 +194,10 @@ def test_the_class_check_is_cached_by_class_and_argument_shape() -> None:
         async def compensate(self, ctx: AegisContext, n: int) -> None:
             return None
 
-    before = _class_mismatch.cache_info()
+    before = class_mismatch.cache_info()
     for _ in range(3):
         normalize_saga([(Fresh(), (1,), {}), (Fresh(), (2,), {})])
-    after = _class_mismatch.cache_info()
+    after = class_mismatch.cache_info()
     assert (after.misses - before.misses, after.hits - before.hits) == (1, 5)
 
 

@@ -65,10 +65,10 @@ class DeadlineGuard:
         else:
             self.deadline = deadline
 
-    def begin(self, step: str) -> float:
-        """Mark `step` as the running call; returns its start time."""
+    def begin(self, step: str, at: float | None = None) -> float:
+        """Mark `step` as the running call, started `at` (default now); returns its start time."""
         self.step = step
-        self.started_at = now = self._clock()
+        self.started_at = now = self._clock() if at is None else at
         return now
 
     def __enter__(self) -> DeadlineGuard:

@@ -17,7 +17,8 @@ import anyio
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import AegisError
-from aegis_nb.saga.definition import argument_receiver, step_name
+from aegis_nb.saga.binding import argument_receiver
+from aegis_nb.saga.definition import step_name
 
 
 class InjectedFailure(AegisError):

@@ -23,7 +23,8 @@ from aegis_nb.notebook.injection import Fault
 from aegis_nb.notebook.mocktools import MOCK_VARIABLE, MockTools
 from aegis_nb.notebook.options import MockKind, SagaOptions
 from aegis_nb.notebook.plan import SagaPlan
-from aegis_nb.saga.definition import arguments_mismatch, normalize_saga
+from aegis_nb.saga.binding import arguments_mismatch
+from aegis_nb.saga.definition import normalize_saga
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.sinks import Sink

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from aegis_nb.saga.definition import SagaEntry, Step, StepSpec, normalize_saga
+from aegis_nb.saga.dynamic import Saga, SagaState
 from aegis_nb.saga.engine import WorkflowEngine, run_observers, saga_name
 from aegis_nb.saga.events import (
     EVENT_TYPES,
@@ -31,6 +32,7 @@ from aegis_nb.saga.functional import FunctionStep, step
 from aegis_nb.saga.history import fold_report
 from aegis_nb.saga.journal import InMemoryJournal, Journal
 from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.parallel import CompensationOrder, ParallelGroup, StepGroup, parallel
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.saga.sinks import Sink
 from aegis_nb.saga.trace import describe
@@ -101,6 +103,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "EVENT_TYPES",
     "CompensationFailed",
+    "CompensationOrder",
     "CompensationStarted",
     "CompensationSucceeded",
     "EventBase",
@@ -114,21 +117,25 @@ __all__ = [
     "JournalTooOld",
     "JournalUnavailable",
     "JournalUntrusted",
+    "ParallelGroup",
     "RecoveryIncomplete",
     "RetryPolicy",
     "RunInfo",
+    "Saga",
     "SagaCommitted",
     "SagaEntry",
     "SagaEvent",
     "SagaRolledBackEvent",
     "SagaRun",
     "SagaStarted",
+    "SagaState",
     "SagaStuck",
     "Sink",
     "SqliteJournal",
     "Step",
     "StepEvent",
     "StepFailed",
+    "StepGroup",
     "StepNotRecoverable",
     "StepSpec",
     "StepStarted",
@@ -138,6 +145,7 @@ __all__ = [
     "describe",
     "fold_report",
     "normalize_saga",
+    "parallel",
     "read_events",
     "read_run",
     "read_runs",

@@ -17,12 +17,11 @@ function that receives them with ``forwards_to(method)`` (see `argument_receiver
 from __future__ import annotations
 
 import enum
-import functools
 import inspect
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import chain, count, repeat
 from operator import attrgetter
@@ -31,7 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from aegis_nb.kernel.context import AegisContext
 from aegis_nb.kernel.errors import SagaDefinitionError
-from aegis_nb.saga.parallel import StepGroup
+from aegis_nb.saga.binding import class_mismatch, step_mismatch
+from aegis_nb.saga.parallel import ParallelGroup, StepGroup
 from aegis_nb.saga.retry import RetryPolicy
 
 
@@ -97,6 +97,8 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
     if isinstance(entries[0], tuple):  # (step, args, kwargs) entries: checked one by one
         return _normalize_entries(entries, {})
     types = set(map(type, entries))
+    if ParallelGroup in types:
+        return _normalize_grouped(entries)
     if any(issubclass(cls, tuple) for cls in types):
         return _normalize_entries(entries, {})
     classes = {cls: _classify(cls) for cls in types}
@@ -104,12 +106,43 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
         entries, _OVERRIDABLE
     ):
         for cls in classes:  # bare steps get no arguments: each class checked once, from the cache
-            mismatch = _class_mismatch(cls, 0, ())
+            mismatch = class_mismatch(cls, 0, ())
             if mismatch is not None:
                 index = next(i for i, entry in enumerate(entries) if type(entry) is cls)
                 raise SagaDefinitionError(f"{_where(index, cls.__name__)}: {mismatch}")
         return _plain_specs(entries)
     return _normalize_entries(entries, classes)
+
+
+def normalize_entry(entry: object, first_index: int, classes: dict[type, _StepClass]) -> tuple[StepSpec, ...]:
+    """Check one saga entry, a step, ``(step, args, kwargs)`` or a parallel group, placed at
+    `first_index`: what a dynamic saga runs next. `classes` caches class checks across calls.
+
+    Names are as the step gives them; making them unique within the run is the caller's job.
+    """
+    if isinstance(entry, ParallelGroup):
+        return _group_specs(entry, first_index, classes)
+    if isinstance(entry, list):
+        raise SagaDefinitionError("a step, a (step, args, kwargs) tuple or a parallel group, got a list")
+    return _normalize_entries([entry], classes, first_index, unique=False)
+
+
+def _normalize_grouped(entries: Sequence[Any]) -> tuple[StepSpec, ...]:
+    """A saga with parallel groups: each entry checked in turn, every name unique in the whole saga."""
+    classes: dict[type, _StepClass] = {}
+    specs: list[StepSpec] = []
+    for entry in entries:
+        specs += normalize_entry(entry, len(specs), classes)
+    names = [spec.name for spec in specs]
+    _make_unique(names)
+    return tuple(replace(spec, name=name) for spec, name in zip(specs, names, strict=True))
+
+
+def _group_specs(group: ParallelGroup, start: int, classes: dict[type, _StepClass]) -> tuple[StepSpec, ...]:
+    """The members of `group`, checked, at consecutive indexes from `start`, each placed in it."""
+    members = _normalize_entries(group.members, classes, start, unique=False)
+    placed = StepGroup(start, len(members), group.compensation)
+    return tuple(replace(member, group=placed) for member in members)
 
 
 def _plain_specs(steps: Sequence[Any]) -> tuple[StepSpec, ...]:
@@ -120,7 +153,9 @@ def _plain_specs(steps: Sequence[Any]) -> tuple[StepSpec, ...]:
     return tuple(map(StepSpec, count(), names, steps, *options))
 
 
-def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) -> tuple[StepSpec, ...]:
+def _normalize_entries(
+    entries: Sequence[Any], classes: dict[type, _StepClass], first_index: int = 0, *, unique: bool = True
+) -> tuple[StepSpec, ...]:
     """Any saga: ``(step, args, kwargs)`` entries, tuned steps, steps that fail their checks.
 
     One pass that calls out only for what an entry needs: a workflow normalizes its few steps on
@@ -129,7 +164,11 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
     """
     specs: list[StepSpec] = []
     names: list[str] = []
-    for index, entry in enumerate(entries):
+    for index, entry in enumerate(entries, first_index):
+        if isinstance(entry, ParallelGroup):
+            raise SagaDefinitionError(
+                f"{_where(index, 'parallel')}: a parallel group inside a parallel group; groups do not nest"
+            )
         if isinstance(entry, tuple):
             step, args, kwargs = _split_entry(index, entry)
         else:
@@ -145,7 +184,7 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
             if checked and kind is _StepClass.PLAIN:
                 # The class sets no option, so only the instance's own attributes can.
                 if _TUNING.isdisjoint(own):
-                    mismatch = _class_mismatch(cls, len(args), tuple(kwargs))
+                    mismatch = class_mismatch(cls, len(args), tuple(kwargs))
                     if mismatch is not None:
                         raise SagaDefinitionError(f"{_where(index, cls.__name__)}: {mismatch}")
                     spec = StepSpec(index, cls.__name__, step, args, kwargs, None, None, False)
@@ -162,7 +201,7 @@ def _normalize_entries(entries: Sequence[Any], classes: dict[type, _StepClass]) 
             ) from exc
         specs.append(spec)
         names.append(spec.name)
-    if len(set(names)) != len(names):
+    if unique and len(set(names)) != len(names):
         _make_unique(names)
         # Built again rather than `dataclasses.replace`d, which costs several times a constructor.
         specs = [
@@ -242,7 +281,7 @@ def _resolve(
             f"{_where(index, name)}: the step has no compensation; attach one with "
             f"@{name}.compensation, or declare it @step(read_only=True) if it changes nothing"
         )
-    mismatch = _step_mismatch(step, len(args), tuple(kwargs))
+    mismatch = step_mismatch(step, len(args), tuple(kwargs))
     if mismatch is not None:
         raise SagaDefinitionError(f"{_where(index, name)}: {mismatch}")
     # Read once per step per run: the usual values pass without building the error's wording.
@@ -346,111 +385,3 @@ def _option_timeout(timeout: object, index: int, name: str) -> float:
     raise SagaDefinitionError(
         f"{_where(index, name)}: timeout must be a positive number of seconds, got {timeout!r}"
     )
-
-
-# -- do the saga's arguments fit the step? ---------------------------------------------------------
-
-
-def argument_receiver(step: object, method: str) -> Callable[..., object] | None:
-    """What receives ``step.<method>``'s saga arguments (ctx first): the method, or what it forwards to.
-
-    A step whose method only passes ``*args, **kwargs`` on (a `FunctionStep`, a wrapper that injects
-    faults) defines ``forwards_to(method)`` returning the real receiver, so its arguments can be
-    checked before the saga runs; it returns None where nothing receives them (a read-only step's
-    missing compensation). Looked up on the class, so a ``__getattr__`` cannot make one up.
-    """
-    forwards_to = getattr(type(step), "forwards_to", None)
-    if forwards_to is not None and not isinstance(step, type):
-        receiver: Callable[..., object] | None = forwards_to(step, method)
-        return receiver
-    return getattr(step, method, None)
-
-
-def arguments_mismatch(step: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-    """Why `args` and `kwargs` do not bind to `step`'s execute or compensate (after ctx), or None."""
-    return _step_mismatch(step, len(args), tuple(kwargs))
-
-
-def _step_mismatch(step: object, nargs: int, keys: tuple[str, ...]) -> str | None:
-    """How `nargs` positional arguments and keywords `keys` fail to bind to `step`'s methods, or None."""
-    for method in _METHOD_ORDER:
-        receiver = argument_receiver(step, method)
-        if receiver is None:
-            continue
-        if inspect.ismethod(receiver):  # keyed by its function: a bound method is new on every read
-            mismatch = _receiver_mismatch(method, receiver.__func__, True, nargs, keys)
-        else:
-            try:
-                mismatch = _receiver_mismatch(method, receiver, False, nargs, keys)
-            except TypeError:  # an unhashable callable object: checked without the cache
-                mismatch = _receiver_mismatch.__wrapped__(method, receiver, False, nargs, keys)
-        if mismatch is not None:
-            return mismatch
-    return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _class_mismatch(cls: type, nargs: int, keys: tuple[str, ...]) -> str | None:
-    """`_step_mismatch` for any instance of a checked class that overrides none of its methods.
-
-    Cached by class and argument shape: a saga checks each of its classes on every run, and the
-    engine's budget is a few microseconds per step (bench/engine.py). A class whose methods are
-    replaced after its first saga keeps its first answer; a redefined class is a new class.
-    """
-    for method in _METHOD_ORDER:
-        raw = inspect.getattr_static(cls, method, None)
-        if isinstance(raw, staticmethod):
-            mismatch = _receiver_mismatch(method, raw.__func__, False, nargs, keys)
-        elif isinstance(raw, classmethod | FunctionType):  # the class or the instance takes the first
-            function = raw.__func__ if isinstance(raw, classmethod) else raw
-            mismatch = _receiver_mismatch(method, function, True, nargs, keys)
-        else:  # some other descriptor: nothing here can tell what it binds to, the call will
-            continue
-        if mismatch is not None:
-            return mismatch
-    return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _receiver_mismatch(
-    method: str, receiver: Callable[..., object], bound: bool, nargs: int, keys: tuple[str, ...]
-) -> str | None:
-    """Why ``receiver(ctx, <nargs positional>, **<keys>)`` cannot bind (after `bound`'s self), or None.
-
-    Binding needs only the arguments' number and names, never their values, so it is cached by
-    those; a receiver without a signature (a builtin) is left to its call.
-    """
-    try:
-        signature = inspect.signature(receiver)
-    except (TypeError, ValueError):
-        return None
-    placeholders = (None,) * (1 + bound + nargs)
-    try:
-        signature.bind(*placeholders, **dict.fromkeys(keys))
-    except TypeError as exc:
-        shown = _plain_signature(signature, bound)
-        given = _describe_arguments(nargs, keys)
-        return f"{method}{shown} does not fit the arguments the saga gives it ({given}): {exc}"
-    return None
-
-
-_METHOD_ORDER = ("execute", "compensate")
-
-
-def _plain_signature(signature: inspect.Signature, bound: bool) -> str:
-    """`signature` as a reader writes it: no annotations, no ``self``."""
-    parameters = list(signature.parameters.values())
-    if bound and parameters and parameters[0].kind is not inspect.Parameter.VAR_POSITIONAL:
-        parameters = parameters[1:]
-    plain = [parameter.replace(annotation=inspect.Parameter.empty) for parameter in parameters]
-    return str(signature.replace(parameters=plain, return_annotation=inspect.Signature.empty))
-
-
-def _describe_arguments(nargs: int, keys: tuple[str, ...]) -> str:
-    """The saga's arguments by number and name only: their values may be secrets."""
-    parts = []
-    if nargs:
-        parts.append(f"{nargs} positional argument{'s' if nargs != 1 else ''}")
-    if keys:
-        parts.append(f"keyword{'s' if len(keys) != 1 else ''} {', '.join(keys)}")
-    return f"{' and '.join(parts)} after the context" if parts else "none besides the context"

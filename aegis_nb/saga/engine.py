@@ -1,7 +1,8 @@
 """`WorkflowEngine`: runs a saga forward and, on any failure, compensates what was done, newest first.
 
 The engine holds the defaults (retry policy, compensation budget), the journal and the sinks, and
-checks a saga before it runs; each run itself is an `Execution` (aegis_nb.saga.execution).
+checks a saga before it runs; each run itself is a `Saga` (aegis_nb.saga.dynamic), the list form
+and the dynamic form alike, driving one `Execution` (aegis_nb.saga.execution).
 """
 
 from __future__ import annotations
@@ -16,20 +17,13 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import (
-    SagaDefinitionError,
-    ToolTimeoutError,
-)
-from aegis_nb.saga.definition import normalize_saga
-from aegis_nb.saga.events import (
-    SagaEvent,
-)
-from aegis_nb.saga.execution import Execution
+from aegis_nb.kernel.errors import SagaDefinitionError, SagaFailed
+from aegis_nb.saga.definition import StepSpec, normalize_saga
+from aegis_nb.saga.dynamic import Saga, SagaState
+from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.saga.sinks import Sink, SinkSet
 
@@ -129,39 +123,55 @@ class WorkflowEngine:
     ) -> SagaRun:
         """Run the saga and return its `SagaRun` whatever the outcome (cancellation still propagates).
 
-        `name` defaults to `saga_name` (set by `AegisMCP` to the workflow's name), else ``"saga"``;
-        the run's sinks are the engine's, `sinks` and `run_observers`.
+        The whole list is checked before anything runs, then run through the same machine as a
+        dynamic saga (`saga`). `name` defaults to `saga_name` (set by `AegisMCP` to the workflow's
+        name), else ``"saga"``; the run's sinks are the engine's, `sinks` and `run_observers`.
         """
         specs = normalize_saga(steps)
+        saga = self.saga(ctx, name=name, sinks=sinks, run_id=run_id, _plan=specs)
+        try:
+            async with saga:
+                await saga.run_planned()
+        except SagaFailed as exc:
+            if saga.state is not SagaState.ENDED or exc is not saga.run.error:
+                raise
+            # Returned, not raised: without its traceback (this frame) the error holds no cycle,
+            # and a failed run's events are freed as soon as it is.
+            exc.__traceback__ = None
+        return saga.release()
+
+    def saga(
+        self,
+        ctx: AegisContext | None = None,
+        *,
+        name: str | None = None,
+        sinks: Iterable[Sink] = (),
+        run_id: str | None = None,
+        _plan: tuple[StepSpec, ...] = (),
+    ) -> Saga:
+        """A saga whose steps are added as it runs: ``async with engine.saga(ctx) as saga:``.
+
+        See `aegis_nb.saga.dynamic`. `name`, `sinks` and `run_id` as for `run_saga`.
+        """
         if ctx is None:
             ctx = AegisContext()
         elif not isinstance(ctx, AegisContext):
             raise SagaDefinitionError(f"ctx must be an AegisContext, got {type(ctx).__name__}")
-        name = name or saga_name.get()
-        clock = loop_clock()
-        if ctx.deadline <= clock():
-            raise ToolTimeoutError(
-                specs[0].name,
-                ctx.deadline - clock(),
-                f"; saga {name!r} did not start, no step ran and nothing needs undoing",
-            )
-        run_id = run_id or secrets.token_hex(16)  # 32 hex digits, like uuid4().hex at a third of the cost
-        if self.journal is not None:
-            await self.journal.open_run(run_id, name, specs)
         observers = run_observers.get()
         if observers:
             sinks = (*sinks, *observers)
         sink_sets = (self._sinks, SinkSet(sinks)) if sinks else (self._sinks,)
-        recorder = RunRecorder(run_id, clock, self.journal, sink_sets)
-        execution = Execution(recorder, name, specs, ctx, self.compensation_retry, self.compensation_budget)
-        if self.journal is None:
-            return await execution.run()
-        try:
-            return await execution.run()
-        finally:
-            # Ended, or given up (an interrupt, a journal that failed): either way, what the journal
-            # holds of the run is now for recovery, in this process too.
-            self.journal.close_run(run_id)
+        return Saga(
+            # 32 hex digits, like uuid4().hex at a third of the cost
+            run_id=run_id or secrets.token_hex(16),
+            name=name or saga_name.get(),
+            ctx=ctx,
+            journal=self.journal,
+            sink_sets=sink_sets,
+            retry=self.compensation_retry,
+            budget=self.compensation_budget,
+            plan=_plan,
+        )
 
     # -- recovering -----------------------------------------------------------------------------
 

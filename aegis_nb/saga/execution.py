@@ -1,17 +1,24 @@
-"""One run of a saga: the forward phase, then the commit or the rollback.
+"""One run of a saga: steps and parallel groups forward, then the commit or the rollback.
 
-Each step gets the context the previous one returned, stamped with its idempotency key. One cancel
-scope covers the whole forward phase and is touched only when the deadline changes (a scope per step
-would cost ten times the engine itself). On an exception, a timeout, a cancellation or an interrupt,
-every completed step is compensated, newest first, with the context its own execute returned
-(`aegis_nb.saga.rollback`), shielded from the cancellation; then the cancellation or interrupt
-propagates unchanged, and any other failure becomes `SagaRolledBack` or `SagaCompensationFailed`.
+Both shapes of saga run through this one machine: a list (`WorkflowEngine.run_saga`) and a saga whose
+steps are added as it runs (`aegis_nb.saga.dynamic.Saga`). Each step gets the latest context, stamped
+with its idempotency key, and runs under the context's deadline (and its own timeout); a parallel
+group's members start together on one context, in tasks of their own, and the first to fail cancels
+the rest. A step that fails is recorded at once, and, if it may have acted (``in_doubt``), owed a
+compensation; its exception goes to the saga's code, which may go on (a dynamic saga) or leave.
 
-Every event goes through `RunRecorder.record`, whose journal write no cancellation cuts off: once
-the run's end is recorded, the run committed, whatever the caller does next.
+On failure every completed step is compensated, newest first, with the context its own execute
+returned (`aegis_nb.saga.rollback`), shielded from the cancellation; then the cancellation or
+interrupt propagates unchanged, and any other failure becomes `SagaRolledBack` or
+`SagaCompensationFailed`. Every event goes through `RunRecorder.record`, whose journal write no
+cancellation cuts off: once the run's end is recorded, the run committed, whatever the caller does next.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import anyio
 
@@ -38,101 +45,150 @@ from aegis_nb.saga.events import (
     StepTimedOut,
 )
 from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.parallel import CompensationOrder, merge_outputs
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import OwedCompensation, conclude_rollback, roll_back
+from aegis_nb.saga.rollback import Owed, OwedCompensation, OwedGroup, conclude_rollback, roll_back
+
+_Reason: TypeAlias = Callable[[], "str | None"]
+"""Why a step was cancelled, when something other than its caller did it (None: its caller)."""
+
+REQUESTED = "RollbackRequested"
+"""The type name a rollback the saga's own code asked for is reported under."""
 
 
 class Execution:
-    """One run of a saga: its steps forward, then the commit, or the rollback under `retry` and `budget`."""
+    """One run: its steps forward, then the commit, or the rollback under `retry` and `budget`."""
 
     def __init__(
-        self,
-        recorder: RunRecorder,
-        saga: str,
-        specs: tuple[StepSpec, ...],
-        ctx: AegisContext,
-        retry: RetryPolicy,
-        budget: float,
+        self, recorder: RunRecorder, saga: str, ctx: AegisContext, retry: RetryPolicy, budget: float
     ) -> None:
         self.recorder = recorder
         self.saga = saga
-        self.specs = specs
         self.initial = ctx
+        self.context = ctx  # the latest: what the next step receives
         self.retry = retry
         self.budget = budget
-        self.snapshots: list[AegisContext] = []  # what each completed step's execute returned
+        self.started = recorder.clock()
+        self.owed: list[Owed] = []  # what a rollback undoes, oldest first
+        self.specs: list[StepSpec] = []  # every step started, for the secrets its arguments hold
+        self.unrecorded: list[StepSucceeded] = []  # successes whose journal write failed
+        self.failure: tuple[BaseException, ErrorInfo] | None = None  # the last step failure recorded
 
-    async def run(self) -> SagaRun:
+    async def start(self, plan: Sequence[str]) -> None:
+        """Record the run's start; `plan` names the steps known ahead (none for a dynamic saga)."""
+        recorder = self.recorder
+        await recorder.record(
+            SagaStarted(
+                *recorder.header(self.started),
+                saga=self.saga,
+                steps=tuple(plan),
+                deadline=self.initial.deadline,
+                context=self.initial,
+            )
+        )
+
+    # -- forward ------------------------------------------------------------------------------------
+
+    async def run_step(self, spec: StepSpec) -> AegisContext:
+        """Run one step on the latest context; return its output, now the latest.
+
+        A failure of the step itself is recorded (and owed a compensation if the step is in doubt)
+        before its exception is raised; a failure to record is raised as it is.
+        """
+        step_input = self.context.for_step(self.recorder.run_id, spec.index)
+        output = await self._execute(spec, step_input, self.owed.append)
+        self.context = output
+        return output
+
+    async def run_group(self, members: Sequence[StepSpec]) -> AegisContext:
+        """Run a parallel group's members together on the latest context; return the merged output.
+
+        The first member to fail cancels the others; each is recorded as it settles, and the group
+        owes compensation to the members that succeeded and the in-doubt ones that did not. Then the
+        first failure is raised; a metadata conflict between members is a `StepResultError`.
+        """
+        start = self.context
+        run_id = self.recorder.run_id
+        owed: list[OwedCompensation] = []
+        outputs: dict[int, AegisContext] = {}
+        failed: list[BaseException] = []
+
+        async def member(spec: StepSpec, group: anyio.abc.TaskGroup) -> None:
+            try:
+                outputs[spec.index] = await self._execute(
+                    spec, start.for_step(run_id, spec.index), owed.append, lambda: _sibling(failed)
+                )
+            except anyio.get_cancelled_exc_class():
+                raise
+            except BaseException as exc:  # the group's failure: cancel the members still running
+                failed.append(exc)
+                group.cancel_scope.cancel()
+
+        try:
+            async with anyio.create_task_group() as group:
+                for spec in members:
+                    group.start_soon(member, spec, group)
+        finally:
+            # In start order; whatever cut the group short, what it did is owed.
+            owed.sort(key=lambda item: item.spec.index)
+            if owed:
+                placed = members[0].group
+                order = CompensationOrder.CONCURRENT if placed is None else placed.compensation
+                self.owed.append(OwedGroup(tuple(owed), order))
+        if failed:
+            raise failed[0]
+        ordered = [outputs[spec.index] for spec in members]
+        self.context = merge_outputs(start, ordered, [spec.name for spec in members])
+        return self.context
+
+    async def _execute(
+        self,
+        spec: StepSpec,
+        step_input: AegisContext,
+        owe: Callable[[OwedCompensation], None],
+        why_cancelled: _Reason | None = None,
+    ) -> AegisContext:
+        """Record the step's start, run it under its deadline, record how it ended, note what it owes."""
         recorder, clock = self.recorder, self.recorder.clock
         started = clock()
-        current = self.initial
-        guard = DeadlineGuard(current.deadline, clock)
-        # What `_fail` needs to know if the step in hand raises.
-        running: StepSpec | None = None  # the step whose execute may have acted
-        step_input, step_started = current, started
-        unrecorded: StepSucceeded | None = None  # a success the journal has not recorded yet
+        deadline = step_input.deadline
+        if spec.timeout is not None:
+            deadline = min(deadline, started + spec.timeout)
+        if started >= deadline:
+            # Refused before it started: not a failed step, and owed nothing even if in doubt.
+            raise ToolTimeoutError(spec.name, deadline - started, "; it was not run")
+        self.specs.append(spec)
+        await recorder.record(
+            StepStarted(*recorder.header(started), index=spec.index, step=spec.name, group=_group(spec))
+        )
         try:
-            # Inside the try: a cancellation the journal held during this write rolls back (nothing
-            # to undo) rather than leaving the run open.
-            names = tuple(spec.name for spec in self.specs)
-            await recorder.record(
-                SagaStarted(
-                    *recorder.header(),
-                    saga=self.saga,
-                    steps=names,
-                    deadline=current.deadline,
-                    context=current,
-                )
-            )
-            with guard:
-                for spec in self.specs:
-                    step_input = current.for_step(recorder.run_id, spec.index)
-                    step_started = guard.begin(spec.name)
-                    deadline = current.deadline
-                    if spec.timeout is not None:
-                        deadline = min(deadline, step_started + spec.timeout)
-                    guard.rearm(deadline, step_started)
-                    if step_started >= deadline:
-                        # Refused before it started: not the failed step, and owed no compensation
-                        # even if in doubt. The error names it and says so, for the report's summary.
-                        raise ToolTimeoutError(spec.name, deadline - step_started, "; it was not run")
-                    await recorder.record(
-                        StepStarted(*recorder.header(step_started), index=spec.index, step=spec.name)
-                    )
-                    running = spec  # from here on the step may have acted
+            if deadline == math.inf:
+                result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
+            else:
+                with DeadlineGuard(deadline, clock) as guard:
+                    guard.begin(spec.name, started)
                     result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
-                    current = step_input if result is None else self._accept(spec, step_input, result)
-                    self.snapshots.append(current)
-                    running = None
-                    # Held until recorded: if the journal write fails, the rollback still publishes
-                    # the success, so the run's events tell what happened.
-                    now = clock()
-                    unrecorded = StepSucceeded(
-                        *recorder.header(now),
-                        index=spec.index,
-                        step=spec.name,
-                        duration=now - step_started,
-                        context=current,
-                    )
-                    await recorder.record(unrecorded)
-                    unrecorded = None
+            output = step_input if result is None else self._accept(spec, step_input, result)
         except BaseException as exc:
-            return await self._fail(exc, started, running, step_input, step_started, unrecorded)
-        try:
-            now = clock()
-            await recorder.record(
-                SagaCommitted(*recorder.header(now), saga=self.saga, duration=now - started, context=current)
-            )
-        except BaseException as exc:
-            if isinstance(recorder.events[-1], SagaCommitted):
-                # The commit is recorded (a cancellation waits for the write): the run committed and
-                # nothing undoes it; the cancellation or a sink's interrupt propagates after it.
-                raise
-            # The commit's journal write failed: the run is not committed (recovery would undo it),
-            # so it is rolled back here as after any other failure between steps.
-            return await self._fail(exc, started, None, current, clock())
-        return SagaRun(tuple(recorder.events), current, None)
+            await self._record_failure(spec, step_input, started, exc, owe, why_cancelled)
+            raise
+        owe(OwedCompensation(spec, output))
+        now = clock()
+        succeeded = StepSucceeded(
+            *recorder.header(now),
+            index=spec.index,
+            step=spec.name,
+            duration=now - started,
+            context=output,
+            group=_group(spec),
+        )
+        # Held until recorded: if the journal write fails, the rollback still publishes the success,
+        # so the run's events tell what happened.
+        self.unrecorded.append(succeeded)
+        await recorder.record(succeeded)
+        self.unrecorded.remove(succeeded)
+        return output
 
     def _accept(self, spec: StepSpec, step_input: AegisContext, result: object) -> AegisContext:
         """The context a step produced, checked, stamped, and never with a later deadline."""
@@ -148,96 +204,145 @@ class Execution:
             result = result.with_budget(step_input.deadline)
         return result
 
-    async def _fail(
+    async def _record_failure(
         self,
-        exc: BaseException,
-        started: float,
-        failed: StepSpec | None,
+        spec: StepSpec,
         step_input: AegisContext,
-        step_started: float,
-        unrecorded: StepSucceeded | None = None,
-    ) -> SagaRun:
-        """Record the failure, compensate shielded, then re-raise cancellations or build the error.
-
-        `failed` is the step whose execute was running (None if the failure came between steps),
-        `step_input` the context it was given and `step_started` when. The shield holds against
-        native asyncio cancellation too (see `run_shielded`): a caller's ``asyncio.timeout`` still
-        waits for every owed compensation, then gets its cancellation.
-        """
-        kind = _classify(exc)
-        secrets = self._secrets_held(step_input)
-        cause = ErrorInfo.from_exception(exc, secrets)
-        report = await run_shielded(
-            self._roll_back(exc, kind, cause, secrets, started, failed, step_input, step_started, unrecorded)
+        started: float,
+        exc: BaseException,
+        owe: Callable[[OwedCompensation], None],
+        why_cancelled: _Reason | None,
+    ) -> None:
+        """Record that `spec`'s execute failed; owe it a compensation if it may have acted."""
+        recorder = self.recorder
+        kind = classify(exc)
+        reason = why_cancelled() if why_cancelled is not None and kind is FailureKind.CANCELLED else None
+        cause = (
+            ErrorInfo("Cancelled", reason)
+            if reason is not None
+            else ErrorInfo.from_exception(exc, self.secrets_held(step_input))
         )
+        duration = recorder.clock() - started
+        header = recorder.header()
+        if isinstance(exc, ToolTimeoutError):
+            budget = exc.budget if exc.budget is not None else duration
+            event: StepTimedOut | StepFailed = StepTimedOut(
+                *header,
+                index=spec.index,
+                step=spec.name,
+                duration=duration,
+                budget=budget,
+                error=cause,
+                group=_group(spec),
+            )
+        else:
+            event = StepFailed(
+                *header,
+                index=spec.index,
+                step=spec.name,
+                duration=duration,
+                kind=kind,
+                error=cause,
+                group=_group(spec),
+            )
+        # A refusal is the tool's own answer that it did not act: nothing is in doubt.
+        if spec.in_doubt and not cause.refused:
+            owe(OwedCompensation(spec, step_input))
+        if reason is None:  # a sibling's cancellation is not the saga's failure: the sibling's is
+            self.failure = (exc, cause)
+        await recorder.record(event)
+
+    # -- the end -------------------------------------------------------------------------------------
+
+    async def commit(self) -> SagaRun:
+        """Record the commit; if that write fails the run is not committed, and is rolled back."""
+        recorder, clock = self.recorder, self.recorder.clock
+        try:
+            now = clock()
+            await recorder.record(
+                SagaCommitted(
+                    *recorder.header(now), saga=self.saga, duration=now - self.started, context=self.context
+                )
+            )
+        except BaseException as exc:
+            if isinstance(recorder.events[-1], SagaCommitted):
+                # The commit is recorded (a cancellation waits for the write): the run committed and
+                # nothing undoes it; the cancellation or a sink's interrupt propagates after it.
+                raise
+            return await self.fail(exc)
+        return SagaRun(tuple(recorder.events), self.context, None)
+
+    async def fail(self, exc: BaseException) -> SagaRun:
+        """Compensate what is owed, shielded, then re-raise a cancellation or interrupt, or return the
+        rolled-back run with its error (chained to `exc`).
+
+        The shield holds against native asyncio cancellation too (see `run_shielded`): a caller's
+        ``asyncio.timeout`` still waits for every owed compensation, then gets its cancellation.
+        """
+        kind = classify(exc)
+        secrets = self.secrets_held(self.context)
+        if self.failure is not None and self.failure[0] is exc:
+            cause = self.failure[1]
+        else:
+            cause = ErrorInfo.from_exception(exc, secrets)
+        report = await run_shielded(self._roll_back(kind, cause, secrets))
         if kind in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
             raise exc
+        return self._rolled_back(report, scrubbed_cause(exc, secrets))
+
+    async def roll_back_requested(self, reason: str) -> SagaRun:
+        """Compensate what is owed because the saga's code asked to, and end the run rolled back."""
+        secrets = self.secrets_held(self.context)
+        cause = ErrorInfo(REQUESTED, reason)
+        report = await run_shielded(self._roll_back(FailureKind.REQUESTED, cause, secrets))
+        return self._rolled_back(report, None)
+
+    def _rolled_back(self, report: SagaReport, cause: BaseException | None) -> SagaRun:
         error_type = SagaCompensationFailed if report.compensation_failures else SagaRolledBack
         error: SagaFailed = error_type(report)
-        error.__cause__ = scrubbed_cause(exc, secrets)
+        error.__cause__ = cause
         return SagaRun(tuple(self.recorder.events), None, error, report)
 
-    async def _roll_back(
-        self,
-        exc: BaseException,
-        kind: FailureKind,
-        cause: ErrorInfo,
-        secrets: tuple[str, ...],
-        started: float,
-        failed: StepSpec | None,
-        step_input: AegisContext,
-        step_started: float,
-        unrecorded: StepSucceeded | None,
-    ) -> SagaReport:
-        """`_fail`'s shielded part: the failure's event, the compensations, the final event."""
+    async def _roll_back(self, kind: FailureKind, cause: ErrorInfo, secrets: tuple[str, ...]) -> SagaReport:
+        """The shielded part of a rollback: the compensations, newest first, then the final event."""
         recorder = self.recorder
-        if unrecorded is not None and unrecorded not in recorder.events[-1:]:
-            recorder.publish(unrecorded)  # the step did succeed, and is compensated below
-        # Newest first, each with what its own execute returned.
-        done = self.specs[: len(self.snapshots)]
-        owed = [
-            OwedCompensation(*pair) for pair in zip(reversed(done), reversed(self.snapshots), strict=True)
-        ]
-        if failed is not None:
-            duration = recorder.clock() - step_started
-            header = recorder.header()
-            if isinstance(exc, ToolTimeoutError):
-                budget = exc.budget if exc.budget is not None else duration
-                event: StepTimedOut | StepFailed = StepTimedOut(
-                    *header,
-                    index=failed.index,
-                    step=failed.name,
-                    duration=duration,
-                    budget=budget,
-                    error=cause,
-                )
-            else:
-                event = StepFailed(
-                    *header, index=failed.index, step=failed.name, duration=duration, kind=kind, error=cause
-                )
-            await recorder.record(event)
-            # A refusal is the tool's own answer that it did not act: nothing is in doubt.
-            if failed.in_doubt and not cause.refused:
-                owed.insert(0, OwedCompensation(failed, step_input))
-        await roll_back(recorder, owed, default_retry=self.retry, budget=self.budget, secrets=secrets)
-        return await conclude_rollback(recorder, self.saga, started, kind, cause)
+        for succeeded in self.unrecorded:
+            if succeeded not in recorder.events:
+                recorder.publish(succeeded)  # the step did succeed, and is compensated below
+        await roll_back(
+            recorder, reversed(self.owed), default_retry=self.retry, budget=self.budget, secrets=secrets
+        )
+        return await conclude_rollback(recorder, self.saga, self.started, kind, cause)
 
-    def _secrets_held(self, step_input: AegisContext) -> tuple[str, ...]:
+    def secrets_held(self, latest: AegisContext) -> tuple[str, ...]:
         """Every secret value the run has held: in each context so far and in any step's arguments.
 
         Not only the failing step's: a step may have swapped the card for a token, or a later one
         added a key, and an error's text (or note) may quote any of them.
         """
-        held = [*self.initial.secret_values(), *step_input.secret_values()]
-        for snapshot in self.snapshots:
-            held += snapshot.secret_values()
+        held = [*self.initial.secret_values(), *latest.secret_values()]
+        for owed in self.owed:
+            for item in owed.members if isinstance(owed, OwedGroup) else (owed,):
+                held += item.snapshot.secret_values()
         for spec in self.specs:
             if spec.args or spec.kwargs:
                 held += argument_secrets(spec.args, spec.kwargs)
         return tuple(dict.fromkeys(held))
 
 
-def _classify(exc: BaseException) -> FailureKind:
+def _sibling(failed: list[BaseException]) -> str | None:
+    """Why a group's member was cancelled, if a sibling's failure did it."""
+    if not failed:
+        return None
+    return f"cancelled: another member of its parallel group failed ({type(failed[0]).__name__})"
+
+
+def _group(spec: StepSpec) -> int | None:
+    return None if spec.group is None else spec.group.start
+
+
+def classify(exc: BaseException) -> FailureKind:
+    """Why the forward phase stopped, from the exception that stopped it."""
     if isinstance(exc, ToolTimeoutError):
         return FailureKind.TIMEOUT
     if isinstance(exc, anyio.get_cancelled_exc_class()):

@@ -23,7 +23,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import anyio
 
@@ -42,6 +42,7 @@ from aegis_nb.saga.events import (
     SagaStuck,
 )
 from aegis_nb.saga.history import fold_report
+from aegis_nb.saga.parallel import CompensationOrder
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
 
@@ -54,6 +55,18 @@ class OwedCompensation(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class OwedGroup:
+    """A parallel group's owed compensations, in start order, and how they run (`CompensationOrder`)."""
+
+    members: tuple[OwedCompensation, ...]
+    order: CompensationOrder
+
+
+Owed: TypeAlias = OwedCompensation | OwedGroup
+"""What a rollback undoes: one step, or a parallel group's members."""
+
+
+@dataclass(frozen=True, slots=True)
 class RollbackResult:
     """The steps undone, in order, and those given up on after their last attempt."""
 
@@ -63,13 +76,16 @@ class RollbackResult:
 
 async def roll_back(
     recorder: RunRecorder,
-    owed: Iterable[tuple[StepSpec, AegisContext]],
+    owed: Iterable[Owed | tuple[StepSpec, AegisContext]],
     *,
     default_retry: RetryPolicy,
     budget: float,
     secrets: tuple[str, ...] = (),
 ) -> RollbackResult:
     """Compensate `owed` in the order given (callers pass newest first), shielded from cancellation.
+
+    A parallel group's members are compensated together, each with its own retries (a failure never
+    stops its siblings'), or one by one, newest start first, as the group's order says.
 
     `secrets` are the values the run has held, scrubbed from every failure's text (besides those in
     each step's own snapshot and arguments). An interrupt (KeyboardInterrupt, SystemExit) in a
@@ -107,14 +123,15 @@ class _Rollback:
     def __init__(
         self,
         recorder: RunRecorder,
-        owed: Iterable[tuple[StepSpec, AegisContext]],
+        owed: Iterable[Owed | tuple[StepSpec, AegisContext]],
         default_retry: RetryPolicy,
         budget: float,
         secrets: tuple[str, ...],
     ) -> None:
         self.recorder = recorder
         self.clock = recorder.clock
-        self.pending = deque(owed)  # the first is in hand until it succeeds or is given up on
+        # The first is in hand until it succeeds or is given up on.
+        self.pending: deque[OwedCompensation | OwedGroup] = deque(_units(owed))
         self.default_retry = default_retry
         self.budget = budget
         self.secrets = secrets
@@ -126,10 +143,15 @@ class _Rollback:
     async def run(self) -> None:
         """Compensate each owed step in turn; resume after the backstop cuts an attempt off."""
         while self.pending:
+            head = self.pending[0]
+            if isinstance(head, OwedGroup):
+                await self._compensate_together(head)
+                self.pending.popleft()
+                continue
             backstop = DeadlineGuard(self.clock() + 2 * self.budget, self.clock)
             try:
                 with backstop:
-                    while self.pending:
+                    while self.pending and not isinstance(self.pending[0], OwedGroup):
                         await self._compensate(*self.pending[0], backstop)
                         self.pending.popleft()
             except ToolTimeoutError:
@@ -142,6 +164,19 @@ class _Rollback:
                 )
                 if not await self._failed(cut_off, backstop.started_at, None):
                     self.pending.popleft()
+
+    async def _compensate_together(self, group: OwedGroup) -> None:
+        """Compensate a group's members at once, each as a rollback of its own, in its own task."""
+        rollbacks = [
+            _Rollback(self.recorder, (member,), self.default_retry, self.budget, self.secrets)
+            for member in group.members
+        ]
+        async with anyio.create_task_group() as tasks:
+            for rollback in rollbacks:
+                tasks.start_soon(rollback.run)
+        for rollback in rollbacks:
+            self.compensated += rollback.compensated
+            self.failures += rollback.failures
 
     async def _compensate(self, spec: StepSpec, snapshot: AegisContext, backstop: DeadlineGuard) -> None:
         """Compensate `spec` until an attempt succeeds or its retries are spent."""
@@ -196,7 +231,9 @@ class _Rollback:
 
         Returns whether it will be retried, after backing off; otherwise it is given up on.
         """
-        spec, snapshot = self.pending[0]
+        head = self.pending[0]
+        assert isinstance(head, OwedCompensation)
+        spec, snapshot = head
         policy = spec.retry or self.default_retry
         secrets = self.secrets + snapshot.secret_values()
         if spec.args or spec.kwargs:
@@ -240,6 +277,18 @@ class _Rollback:
                 will_retry=will_retry,
             )
         )
+
+
+def _units(owed: Iterable[Owed | tuple[StepSpec, AegisContext]]) -> Iterator[OwedCompensation | OwedGroup]:
+    """`owed` as the rollback works through it: a group compensated one by one becomes its members,
+    newest start first; a group of one is that one."""
+    for item in owed:
+        if not isinstance(item, OwedGroup):
+            yield OwedCompensation(*item)
+        elif item.order is CompensationOrder.REVERSE_START or len(item.members) == 1:
+            yield from reversed(item.members)
+        else:
+            yield item
 
 
 def _stray_cancellation(exc: BaseException) -> bool:
