@@ -1,4 +1,4 @@
-"""`aegis-nb`: the command line (demo, serve, mock, runs, recover). Top layer: imports anything.
+"""`aegis-nb`: the command line (demo, serve, mock, gateway, runs, recover). Top layer: imports anything.
 
 Exit status: 0 done; 1 the command ran and could not finish its job (`recover` left runs stuck or
 unfinished, or its journal failed part-way; a server the app needs was unreachable; an extra is not
@@ -258,6 +258,49 @@ def _mock(args: argparse.Namespace) -> int:
     return _serve_app("mock", agency.server, args)
 
 
+def _gateway(args: argparse.Namespace) -> int:
+    """Serve upstream MCP servers behind a saga policy, or (--observe) draft a policy for them."""
+    import anyio
+
+    from aegis_nb.kernel.extras import needs_extra
+    from aegis_nb.server.session import sole_exception
+
+    with needs_extra("mcp", "the gateway"):
+        from aegis_nb.gateway import Gateway, PolicyError, UpstreamSpec, load_policy
+        from aegis_nb.gateway.observe import observe, upstream_from
+        from aegis_nb.gateway.upstream import target_of
+
+    if args.observe is not None:
+        if args.policy is not None or args.mock:
+            raise Refused("aegis-nb gateway: --observe drafts a policy: give upstreams, not a policy file")
+        if args.output is not None and Path(args.output).exists():
+            raise Refused(f"aegis-nb gateway: {args.output} exists: the draft would overwrite it")
+        specs: list[UpstreamSpec] = []
+        for text in args.observe:
+            try:
+                specs.append(upstream_from(text, [spec.name for spec in specs]))
+            except ValueError as exc:
+                raise Refused(f"aegis-nb gateway: bad upstream {text!r}: {exc}") from None
+        draft = anyio.run(observe, [(spec, target_of(spec)) for spec in specs])
+        if args.output is None:
+            print(draft, end="")
+        else:
+            Path(args.output).write_text(draft, encoding="utf-8")
+        return 0
+    if (args.policy is None) == (not args.mock):
+        raise Refused("aegis-nb gateway: give a policy file, or --mock for the mock agency's own policy")
+    _check_transport_options("gateway", args)
+    shipped = Path(__file__).parent / "mock" / "travel_policy.toml"
+    try:
+        policy = load_policy(shipped if args.mock else args.policy)
+        return _serve_app("gateway", Gateway(policy), args)
+    except Exception as exc:  # a policy that does not fit the upstreams' tools is found as they start
+        found = sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        if isinstance(found, PolicyError):
+            raise Refused(f"aegis-nb gateway: {found}") from None
+        raise
+
+
 _EMPTY_JOURNAL = "bad --journal: empty path (name the journal file)"
 """An empty --journal (an unset shell variable), refused by name: as a path it is the current folder."""
 
@@ -492,6 +535,17 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--faults", help='fault plan as JSON, e.g. \'{"charge_card": {"declined": true}}\'')
     _add_transport_options(mock)
     mock.set_defaults(handler=_mock)
+    gateway = commands.add_parser(
+        "gateway", help="serve other MCP servers' tools behind a saga policy, or --observe them (mcp extra)"
+    )
+    gateway.add_argument("policy", nargs="?", help="the policy file (TOML)")
+    gateway.add_argument("--mock", action="store_true", help="serve `aegis-nb mock` with its shipped policy")
+    gateway.add_argument(
+        "--observe", nargs="+", metavar="UPSTREAM", help="draft a policy for these commands or URLs instead"
+    )
+    gateway.add_argument("--output", "-o", help="with --observe: write the draft here (default: stdout)")
+    _add_transport_options(gateway)
+    gateway.set_defaults(handler=_gateway)
     runs = commands.add_parser("runs", help="list the runs of a durable journal, or replay one")
     runs.add_argument("--journal", required=True, help="the SQLite journal file")
     runs.add_argument("--run", help="print this run's events, recovery included")

@@ -20,6 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "kernel": set(),
     "saga": {"kernel"},
     "server": {"kernel", "saga"},
+    "gateway": {"kernel", "saga", "server"},
     "mock": {"kernel", "saga", "server"},
     "diagram": {"kernel", "saga"},
     "temporal": {"kernel", "saga"},

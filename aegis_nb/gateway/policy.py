@@ -1,0 +1,415 @@
+"""A gateway policy: which upstream MCP servers to front, and what each of their tools is to a saga.
+
+A TOML file::
+
+    [upstreams.agency]                 # a stdio command (command, args, env) or a url (streamable HTTP)
+    command = "aegis-nb"
+    args = ["mock"]
+
+    [tools.search_flights]
+    kind = "read_only"                 # passed through; never a step
+
+    [tools.book_flight]
+    kind = "compensable"               # inside a saga: a step, undone by `undo` on rollback
+    undo = "cancel_flight"
+    undo_args = { booking_id = "/result/booking_id" }   # JSON Pointer over {arguments, result}
+    idempotency_arg = "idempotency_key"                 # sent the step's idempotency key
+
+    [tools.charge_card]
+    kind = "compensable"
+    undo = "refund_card"
+    undo_args = { charge_id = "$response.body#/charge_id" }   # SEP-3172's form
+    secret = ["card_number"]           # never shown in events, journal, status or logs
+
+    [tools.set_faults]
+    kind = "irreversible"              # refused inside a saga unless allow_in_saga = true
+
+A tool may say ``upstream = "agency"`` (needed only when two upstreams serve one name), and
+``guess = true`` marks an entry `observe` wrote from annotations, not yet confirmed by a person.
+
+Everything that can be checked without the upstreams is checked by `load_policy`, and the rest
+(tools that exist, undo arguments they take) by `Policy.check_tools` once they are listed. Every
+error is a `PolicyError` naming the file, the line and the key. `tomllib` keeps no line numbers, so
+`key_line` finds a key's line in the text itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from aegis_nb.gateway.binding import Binding, BindingError
+from aegis_nb.kernel.errors import AegisError
+
+SAGA_TOOLS: Final = ("saga_begin", "saga_status", "saga_commit", "saga_rollback")
+"""The gateway's own tools: an upstream tool may not take their names."""
+
+
+class ToolKind(enum.Enum):
+    """What an upstream tool is to a saga."""
+
+    READ_ONLY = "read_only"
+    """Passed through, in a saga or not: it changes nothing, so there is nothing to undo."""
+    COMPENSABLE = "compensable"
+    """In a saga, a step: its undo tool is called with the bound arguments on rollback."""
+    IRREVERSIBLE = "irreversible"
+    """Passed through outside a saga; refused inside one unless the policy allows it."""
+
+
+class PolicyError(AegisError, ValueError):
+    """A policy that cannot be used: `source`, `line` (1-based, None when unknown), `key` (dotted)."""
+
+    def __init__(self, source: str, line: int | None, key: str, problem: str) -> None:
+        self.source = source
+        self.line = line
+        self.key = key
+        self.problem = problem
+        where = source if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {key}: {problem}" if key else f"{where}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSpec:
+    """One upstream server: a stdio `command` with `args` and `env`, or a streamable HTTP `url`."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str | None = None
+
+    def describe(self) -> str:
+        """How messages name it (a command's arguments may hold secrets: only the command is shown)."""
+        return (
+            f"{self.name!r} ({self.url})" if self.url is not None else f"{self.name!r} ({self.command} ...)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPolicy:
+    """What one upstream tool is; `guessed`: taken from annotations or marked ``guess = true``."""
+
+    name: str
+    kind: ToolKind
+    undo: str | None = None
+    undo_args: tuple[tuple[str, Binding], ...] = ()
+    idempotency_arg: str | None = None
+    allow_in_saga: bool = False
+    secret: tuple[str, ...] = ()
+    upstream: str | None = None
+    guessed: bool = False
+
+    @property
+    def bindings(self) -> dict[str, Binding]:
+        """The undo's arguments by name (a fresh dict)."""
+        return dict(self.undo_args)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A loaded policy: its upstreams, its tool entries, and where it came from (for error lines)."""
+
+    source: str
+    upstreams: tuple[UpstreamSpec, ...]
+    tools: tuple[ToolPolicy, ...]
+    text: str = field(default="", repr=False)
+
+    def tool(self, name: str) -> ToolPolicy | None:
+        """The entry for `name`, or None when the policy does not name it."""
+        return next((tool for tool in self.tools if tool.name == name), None)
+
+    def error(self, path: tuple[str, ...], problem: str) -> PolicyError:
+        """A `PolicyError` at the line where `path` is written."""
+        return PolicyError(self.source, key_line(self.text, path), ".".join(path), problem)
+
+    def check_tools(self, served: Mapping[str, Mapping[str, Any]]) -> None:
+        """Check the entries against the upstream tools: `served` maps a tool name to its input schema.
+
+        Refused: a named tool that no upstream serves, an undo tool that does not exist, an undo
+        argument its tool does not take, an ``/arguments/x`` or secret the tool does not take.
+        """
+        known = ", ".join(sorted(served)) or "none"
+        for tool in self.tools:
+            if tool.name not in served:
+                raise self.error(
+                    ("tools", tool.name), f"no upstream serves a tool {tool.name!r} (tools: {known})"
+                )
+            own = _parameters(served[tool.name])
+            for name in tool.secret:
+                if own is not None and name not in own:
+                    raise self.error(
+                        ("tools", tool.name, "secret"), f"{tool.name!r} takes no argument {name!r}"
+                    )
+            if tool.undo is None:
+                continue
+            if tool.undo not in served:
+                raise self.error(
+                    ("tools", tool.name, "undo"),
+                    f"no upstream serves the undo tool {tool.undo!r} (tools: {known})",
+                )
+            takes = _parameters(served[tool.undo])
+            for name, binding in tool.undo_args:
+                if takes is not None and name not in takes:
+                    raise self.error(
+                        ("tools", tool.name, "undo_args", name),
+                        f"the undo tool {tool.undo!r} takes no argument {name!r} "
+                        f"(it takes: {', '.join(takes)})",
+                    )
+                pointed = binding.tokens[1] if len(binding.tokens) > 1 else None
+                if binding.tokens[0] == "arguments" and own is not None and pointed not in (None, *own):
+                    raise self.error(
+                        ("tools", tool.name, "undo_args", name),
+                        f"{binding.text!r}: {tool.name!r} takes no argument {binding.tokens[1]!r}",
+                    )
+
+
+def _parameters(schema: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The argument names an input schema lists, or None when it lists none and so allows any."""
+    properties = schema.get("properties")
+    return tuple(properties) if isinstance(properties, Mapping) and properties else None
+
+
+# -- loading ----------------------------------------------------------------------------------------
+
+_UPSTREAM_KEYS: Final = frozenset({"command", "args", "env", "url"})
+_TOOL_KEYS: Final = frozenset(
+    {"kind", "undo", "undo_args", "idempotency_arg", "allow_in_saga", "secret", "upstream", "guess"}
+)
+_TOP_KEYS: Final = frozenset({"upstreams", "tools"})
+_NAME: Final = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and check a policy file; `PolicyError` (file, line, key) for anything wrong in it."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyError(source, None, "", f"cannot read the policy: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PolicyError(source, None, "", "the policy is not UTF-8 text") from None
+    return parse_policy(text, source)
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """A policy from its TOML `text`; `source` names it in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends "(at line N, column M)": reworded so the line leads, as in every error.
+        match = re.search(r"\(at line (\d+), column \d+\)$", str(exc))
+        line = int(match.group(1)) if match else None
+        message = str(exc)[: match.start()].strip() if match else str(exc)
+        raise PolicyError(source, line, "", f"not valid TOML: {message}") from None
+    checker = _Checker(source, text)
+    checker.keys(data, (), _TOP_KEYS)
+    upstreams = tuple(
+        checker.upstream(name, entry) for name, entry in checker.table(data, ("upstreams",)).items()
+    )
+    if not upstreams:
+        raise PolicyError(source, None, "upstreams", "name at least one upstream server ([upstreams.NAME])")
+    names = {upstream.name for upstream in upstreams}
+    tools = tuple(
+        checker.tool(name, entry, names)
+        for name, entry in checker.table(data, ("tools",), required=False).items()
+    )
+    return Policy(source, upstreams, tools, text)
+
+
+@dataclass(frozen=True, slots=True)
+class _Checker:
+    """Reads the parsed TOML, each value checked, each error at its key's line."""
+
+    source: str
+    text: str
+
+    def fail(self, path: tuple[str, ...], problem: str) -> PolicyError:
+        return PolicyError(self.source, key_line(self.text, path), ".".join(path), problem)
+
+    def keys(self, table: Mapping[str, Any], path: tuple[str, ...], allowed: Iterable[str]) -> None:
+        allowed = sorted(allowed)
+        for key in table:
+            if key not in allowed:
+                raise self.fail((*path, key), f"unknown key (known here: {', '.join(allowed)})")
+
+    def table(
+        self, data: Mapping[str, Any], path: tuple[str, ...], *, required: bool = True
+    ) -> dict[str, Any]:
+        value = data.get(path[-1])
+        if value is None:
+            if required:
+                raise PolicyError(
+                    self.source, None, ".".join(path), f"missing: add a [{path[-1]}.NAME] table"
+                )
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a table, got {_kind(value)}")
+        for name, entry in value.items():
+            if not _NAME.fullmatch(name):
+                raise self.fail((*path, name), "a name is letters, digits, '_', '-' and '.'")
+            if not isinstance(entry, dict):
+                raise self.fail((*path, name), f"expected a table, got {_kind(entry)}")
+        return value
+
+    def upstream(self, name: str, entry: dict[str, Any]) -> UpstreamSpec:
+        path = ("upstreams", name)
+        self.keys(entry, path, _UPSTREAM_KEYS)
+        command, url = entry.get("command"), entry.get("url")
+        if (command is None) == (url is None):
+            raise self.fail(path, "give either command (a stdio server) or url (streamable HTTP), not both")
+        if url is not None:
+            if not isinstance(url, str) or not re.match(r"https?://", url):
+                raise self.fail((*path, "url"), "expected an http:// or https:// URL")
+            for key in ("args", "env"):
+                if key in entry:
+                    raise self.fail((*path, key), "only a command takes args and env")
+            return UpstreamSpec(name, url=url)
+        if not isinstance(command, str) or not command:
+            raise self.fail((*path, "command"), "expected the command to run, as a string")
+        args = entry.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
+            raise self.fail((*path, "args"), "expected a list of strings")
+        env = entry.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(value, str) for value in env.values()):
+            raise self.fail((*path, "env"), "expected a table of strings")
+        return UpstreamSpec(name, command=command, args=tuple(args), env=tuple(sorted(env.items())))
+
+    def tool(self, name: str, entry: dict[str, Any], upstreams: set[str]) -> ToolPolicy:
+        path = ("tools", name)
+        self.keys(entry, path, _TOOL_KEYS)
+        if name in SAGA_TOOLS:
+            raise self.fail(
+                path, f"{name!r} is the gateway's own saga tool; an upstream tool cannot take its name"
+            )
+        raw_kind = entry.get("kind")
+        choices = ", ".join(repr(kind.value) for kind in ToolKind)
+        if raw_kind is None:
+            raise self.fail(path, f"missing kind ({choices})")
+        try:
+            kind = ToolKind(raw_kind)
+        except ValueError:
+            raise self.fail((*path, "kind"), f"expected one of {choices}, got {raw_kind!r}") from None
+        undo = entry.get("undo")
+        raw_args = entry.get("undo_args", {})
+        if kind is ToolKind.COMPENSABLE:
+            if undo is None:
+                raise self.fail(path, 'a compensable tool needs undo = "<the tool that undoes it>"')
+            if not isinstance(undo, str) or not undo:
+                raise self.fail((*path, "undo"), "expected a tool name")
+            if undo == name:
+                raise self.fail((*path, "undo"), "a tool cannot be its own undo")
+        else:
+            for key in ("undo", "undo_args", "idempotency_arg"):
+                if key in entry:
+                    raise self.fail(
+                        (*path, key), f"only a compensable tool has {key}, not a {kind.value} one"
+                    )
+        if not isinstance(raw_args, dict):
+            raise self.fail((*path, "undo_args"), 'expected a table: argument = "/result/pointer"')
+        bindings: list[tuple[str, Binding]] = []
+        for arg, text in raw_args.items():
+            try:
+                bindings.append((arg, Binding.parse(text)))
+            except BindingError as exc:
+                raise self.fail((*path, "undo_args", arg), f"bad pointer: {exc}") from None
+        allow = entry.get("allow_in_saga", False)
+        if not isinstance(allow, bool):
+            raise self.fail((*path, "allow_in_saga"), "expected true or false")
+        if allow and kind is not ToolKind.IRREVERSIBLE:
+            raise self.fail((*path, "allow_in_saga"), "only an irreversible tool is refused in a saga")
+        return ToolPolicy(
+            name,
+            kind,
+            undo=undo,
+            undo_args=tuple(bindings),
+            idempotency_arg=self.optional_name(entry, (*path, "idempotency_arg")),
+            allow_in_saga=allow,
+            secret=self.names(entry, (*path, "secret")),
+            upstream=self.upstream_name(entry, path, upstreams),
+            guessed=self.flag(entry, (*path, "guess")),
+        )
+
+    def optional_name(self, entry: dict[str, Any], path: tuple[str, ...]) -> str | None:
+        value = entry.get(path[-1])
+        if value is not None and (not isinstance(value, str) or not value):
+            raise self.fail(path, "expected an argument name")
+        return value
+
+    def names(self, entry: dict[str, Any], path: tuple[str, ...]) -> tuple[str, ...]:
+        value = entry.get(path[-1], [])
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            raise self.fail(path, "expected a list of argument names")
+        return tuple(value)
+
+    def flag(self, entry: dict[str, Any], path: tuple[str, ...]) -> bool:
+        value = entry.get(path[-1], False)
+        if not isinstance(value, bool):
+            raise self.fail(path, "expected true or false")
+        return value
+
+    def upstream_name(self, entry: dict[str, Any], path: tuple[str, ...], upstreams: set[str]) -> str | None:
+        value = entry.get("upstream")
+        if value is not None and value not in upstreams:
+            known = ", ".join(sorted(upstreams))
+            raise self.fail((*path, "upstream"), f"no upstream {value!r} (upstreams: {known})")
+        return value
+
+
+def _kind(value: object) -> str:
+    return {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "an array"}.get(
+        type(value), type(value).__name__
+    )
+
+
+# -- where a key is written -------------------------------------------------------------------------
+
+_HEADER: Final = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+_KEY: Final = re.compile(
+    r"^\s*((?:[A-Za-z0-9_\-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_\-]+|\"[^\"]*\"|'[^']*'))*)\s*="
+)
+
+
+def _dotted(text: str) -> tuple[str, ...]:
+    """``a."b.c".d`` -> ("a", "b.c", "d")."""
+    parts = re.findall(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_\-]+)", text)
+    return tuple(next(part for part in groups if part) if any(groups) else "" for groups in parts)
+
+
+def key_line(text: str, path: tuple[str, ...]) -> int | None:
+    """The 1-based line where `path` (or, failing that, the longest prefix of it) is written in `text`.
+
+    Reads table headers (``[tools.book_flight]``) and key lines (``undo = ...``, dotted keys too); a
+    key inside an inline table (``undo_args = { booking_id = ... }``) is found on its table's line
+    when the key's own name appears there. Multi-line strings and arrays are not followed: a line
+    inside one that looks like a key could be taken for it, which costs only a wrong line number.
+    """
+    best: tuple[int, int] | None = None  # (length of the prefix matched, line)
+    table: tuple[str, ...] = ()
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            table = _dotted(header.group(1))
+            found = table
+        else:
+            key = _KEY.match(line)
+            if not key:
+                continue
+            found = (*table, *_dotted(key.group(1)))
+            rest = path[len(found) :]
+            # A key of an inline table on this line: counted as matched when its name is there.
+            if (
+                path[: len(found)] == found
+                and rest
+                and re.search(rf"[{{,]\s*[\"']?{re.escape(rest[0])}[\"']?\s*=", line)
+            ):
+                found = (*found, rest[0])
+        if path[: len(found)] == found and (best is None or len(found) > best[0]):
+            best = (len(found), number)
+            if len(found) == len(path):
+                return number
+    return None if best is None or best[0] == 0 else best[1]
