@@ -70,6 +70,11 @@ class StepSpec:
     group: StepGroup | None = None
 
 
+def group_start(spec: StepSpec) -> int | None:
+    """What a step's events say of its group (`StepEvent.group`): its first index, or None."""
+    return None if spec.group is None else spec.group.start
+
+
 def step_name(step: object) -> str:
     """The display name of a step: its ``name`` attribute, else its class name."""
     name = getattr(step, "name", None)

@@ -35,7 +35,7 @@ from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaReport
 from aegis_nb.kernel.scrubbing import scrubbed_cause
 from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.kernel.values import argument_secrets
-from aegis_nb.saga.definition import StepSpec
+from aegis_nb.saga.definition import StepSpec, group_start
 from aegis_nb.saga.events import (
     SagaCommitted,
     SagaStarted,
@@ -160,7 +160,7 @@ class Execution:
             raise ToolTimeoutError(spec.name, deadline - started, "; it was not run")
         self.specs.append(spec)
         await recorder.record(
-            StepStarted(*recorder.header(started), index=spec.index, step=spec.name, group=_group(spec))
+            StepStarted(*recorder.header(started), index=spec.index, step=spec.name, group=group_start(spec))
         )
         try:
             if deadline == math.inf:
@@ -181,7 +181,7 @@ class Execution:
             step=spec.name,
             duration=now - started,
             context=output,
-            group=_group(spec),
+            group=group_start(spec),
         )
         # Held until recorded: if the journal write fails, the rollback still publishes the success,
         # so the run's events tell what happened.
@@ -233,7 +233,7 @@ class Execution:
                 duration=duration,
                 budget=budget,
                 error=cause,
-                group=_group(spec),
+                group=group_start(spec),
             )
         else:
             event = StepFailed(
@@ -243,7 +243,7 @@ class Execution:
                 duration=duration,
                 kind=kind,
                 error=cause,
-                group=_group(spec),
+                group=group_start(spec),
             )
         # A refusal is the tool's own answer that it did not act: nothing is in doubt.
         if spec.in_doubt and not cause.refused:
@@ -335,10 +335,6 @@ def _sibling(failed: list[BaseException]) -> str | None:
     if not failed:
         return None
     return f"cancelled: another member of its parallel group failed ({type(failed[0]).__name__})"
-
-
-def _group(spec: StepSpec) -> int | None:
-    return None if spec.group is None else spec.group.start
 
 
 def classify(exc: BaseException) -> FailureKind:

@@ -33,7 +33,7 @@ from aegis_nb.kernel.executor import DeadlineGuard
 from aegis_nb.kernel.report import CompensationFailure, ErrorInfo, FailureKind, SagaReport, SagaStatus
 from aegis_nb.kernel.undo import NOTHING_TO_UNDO
 from aegis_nb.kernel.values import argument_secrets
-from aegis_nb.saga.definition import StepSpec
+from aegis_nb.saga.definition import StepSpec, group_start
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,
@@ -185,7 +185,11 @@ class _Rollback:
             started = backstop.begin(spec.name)
             await recorder.record(
                 CompensationStarted(
-                    *recorder.header(started), index=spec.index, step=spec.name, attempt=self.attempt
+                    *recorder.header(started),
+                    index=spec.index,
+                    step=spec.name,
+                    attempt=self.attempt,
+                    group=group_start(spec),
                 )
             )
             if recorder.journal is not None:  # the budget starts after the write, which took a while
@@ -211,6 +215,7 @@ class _Rollback:
                     step=spec.name,
                     attempt=self.attempt,
                     duration=now - started,
+                    group=group_start(spec),
                     nothing_to_undo=result is NOTHING_TO_UNDO,
                 )
             )
@@ -275,6 +280,7 @@ class _Rollback:
                 duration=now - started,
                 error=error,
                 will_retry=will_retry,
+                group=group_start(spec),
             )
         )
 
