@@ -316,7 +316,17 @@ def _runs(args: argparse.Namespace) -> int:
         raise Refused(f"aegis-nb runs: {_EMPTY_JOURNAL}")
     if args.run == "":  # not "no --run": listing every run would answer another question
         raise Refused("aegis-nb runs: bad --run: empty run id (leave --run out to list every run)")
+    if args.prune is not None and args.run is not None:
+        raise Refused("aegis-nb runs: --prune removes runs, --run replays one: give one of them")
+    if args.dry_run and args.prune is None:
+        raise Refused("aegis-nb runs: --dry-run goes with --prune BEFORE (it shows what would be removed)")
     try:
+        if args.prune is not None:
+            from aegis_nb.saga.durable.runs import prune_lines
+            from aegis_nb.saga.durable.store import prune_runs
+
+            print("\n".join(prune_lines(prune_runs(args.journal, args.prune, dry_run=args.dry_run))))
+            return 0
         if args.run is not None:
             for event in read_run(args.journal, args.run).events:
                 print(describe(event))
@@ -438,6 +448,15 @@ def _count(text: str) -> int:
     return count
 
 
+def _instant(text: str) -> float:
+    from aegis_nb.saga.durable.runs import parse_instant
+
+    try:
+        return parse_instant(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _seconds(text: str) -> float:
     import math
 
@@ -549,6 +568,13 @@ def build_parser() -> argparse.ArgumentParser:
     runs = commands.add_parser("runs", help="list the runs of a durable journal, or replay one")
     runs.add_argument("--journal", required=True, help="the SQLite journal file")
     runs.add_argument("--run", help="print this run's events, recovery included")
+    runs.add_argument(
+        "--prune",
+        metavar="BEFORE",
+        type=_instant,
+        help="delete the finished runs last updated before this ISO date or time (UTC unless it says)",
+    )
+    runs.add_argument("--dry-run", action="store_true", help="with --prune: only show what it would delete")
     runs.set_defaults(handler=_runs)
     recover = commands.add_parser("recover", help="roll back the runs a crash left unfinished in a journal")
     recover.add_argument("--journal", required=True, help="the SQLite journal file")

@@ -37,7 +37,7 @@ from aegis_nb.saga.durable.recovery import (
 from aegis_nb.saga.durable.runs import JournaledRun, read_events, read_run, read_runs
 from aegis_nb.saga.durable.startup import durable_engine, durable_lifespan
 from aegis_nb.saga.durable.steprecord import StepRecord
-from aegis_nb.saga.durable.store import RunInfo
+from aegis_nb.saga.durable.store import Pruned, RunInfo, prune_runs
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -50,6 +50,7 @@ __all__ = [
     "JournalUntrusted",
     "JournaledRun",
     "LocatorKind",
+    "Pruned",
     "RecoverableJournal",
     "RecoveryIncomplete",
     "RecoveryPlan",
@@ -62,6 +63,7 @@ __all__ = [
     "durable_engine",
     "durable_lifespan",
     "plan_recovery",
+    "prune_runs",
     "read_events",
     "read_run",
     "read_runs",

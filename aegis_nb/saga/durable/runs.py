@@ -16,7 +16,7 @@ from aegis_nb.saga.durable.codec import SCHEMA_VERSION, RecordError, decode_even
 from aegis_nb.saga.durable.errors import JournalCorrupt, JournalTooNew
 from aegis_nb.saga.durable.locator import StepLocator
 from aegis_nb.saga.durable.steprecord import StepRecord
-from aegis_nb.saga.durable.store import RunInfo, StoredRun, reading
+from aegis_nb.saga.durable.store import Pruned, RunInfo, StoredRun, reading
 from aegis_nb.saga.events import SagaEvent
 
 
@@ -82,7 +82,7 @@ def runs_table(runs: Sequence[RunInfo]) -> list[str]:
             run.status.value,
             str(run.events),
             f"{run.recoveries}x" if run.recoveries else "-",
-            datetime.datetime.fromtimestamp(run.updated, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            _utc(run.updated),
         )
         for run in runs
     ]
@@ -99,6 +99,47 @@ def runs_table(runs: Sequence[RunInfo]) -> list[str]:
     )
     lines.append(f"{counted(len(runs), 'run')}" + (f": {by_status}" if runs else "") + advice)
     return lines
+
+
+def prune_lines(pruned: Pruned) -> list[str]:
+    """``aegis-nb runs --prune``'s report: the runs removed, listed as ``aegis-nb runs`` lists them,
+    then what is left (a dry run says what it would do)."""
+    when = f"{_utc(pruned.before)} UTC"
+    verb, leave = ("would remove", "would leave") if pruned.dry_run else ("removed", "left")
+    removed = pruned.removed
+    if removed:
+        lines = [f"{verb} {counted(len(removed), 'finished run')} last updated before {when}:"]
+        lines += runs_table(removed)[:-1]
+    else:
+        lines = [f"{verb} no runs: none finished and last updated before {when}"]
+    left = pruned.left
+    by_status = ", ".join(f"{left[status]} {status.value}" for status in SagaStatus if status in left)
+    unfinished = sum(n for status, n in left.items() if not status.is_final)
+    never = f" ({counted(unfinished, 'unfinished run')} never pruned)" if unfinished else ""
+    total = sum(left.values())
+    lines.append(f"{leave} {counted(total, 'run')}" + (f": {by_status}" if total else "") + never)
+    return lines
+
+
+def parse_instant(text: str) -> float:
+    """An ISO date (midnight UTC) or date and time (UTC unless it has an offset), as wall-clock seconds.
+
+    `ValueError` saying what is expected, for a command line to show.
+    """
+    try:
+        when = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"expected an ISO date or date and time, such as 2026-11-30, 2026-11-30T18:00 (UTC) "
+            f"or 2026-11-30T18:00+01:00, got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
+
+
+def _utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _aligned(row: tuple[str, ...], widths: list[int]) -> list[str]:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from aegis_nb.kernel.report import SagaStatus
@@ -75,6 +76,10 @@ PRAGMA user_version = {FILE_SCHEMA};
 """
 
 UNFINISHED: tuple[str, ...] = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
+FINISHED: tuple[str, ...] = tuple(status.value for status in SagaStatus if status.is_final)
+
+_PRUNE_CHUNK = 500
+"""Runs deleted per transaction when pruning: a live writer waits for one chunk, not the whole prune."""
 
 
 # -- rows written in one batch ----------------------------------------------------------------------
@@ -134,6 +139,16 @@ class StoredRun:
     status: SagaStatus
     steps: str
     events: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What pruning removed (or, in a dry run, would remove), and how many runs are left, by status."""
+
+    before: float
+    dry_run: bool
+    removed: tuple[RunInfo, ...]
+    left: Mapping[SagaStatus, int]
 
 
 class JournalFile:
@@ -198,6 +213,20 @@ class JournalFile:
             if os.path.exists(f"{path}-wal"):
                 raise
             db, empty = _open_checked(path, f"file:{quote(path)}?mode=ro&immutable=1")
+        file = cls(path, db, None)
+        file._empty = empty
+        return file
+
+    @classmethod
+    def open_pruner(cls, path: Path) -> JournalFile:
+        """Open an existing journal to delete finished runs, without the writer lock.
+
+        A live writer may hold the lock: it never writes to a finished run again, and SQLite's own
+        locking (each side waits up to 5 s for the other's transaction) keeps the two apart. Refused
+        like a reader's when others could have written the file.
+        """
+        check_trusted(path)
+        db, empty = _open_checked(path, f"file:{quote(path)}?mode=rw")
         file = cls(path, db, None)
         file._empty = empty
         return file
@@ -294,6 +323,68 @@ class JournalFile:
             for run_id, saga, status, created, updated, recoveries, count in rows
         )
 
+    def prune(self, before: float, *, dry_run: bool = False) -> Pruned:
+        """Delete the finished runs last updated before `before` (wall-clock seconds), oldest first,
+        with their events; return them. Unfinished runs are never touched. `dry_run`: only find them.
+
+        Deleted a chunk per transaction, each run checked again in it, so a live writer is held up
+        by one chunk at a time and a run that changed since it was found is left alone.
+        """
+        if self._empty:
+            return Pruned(before, dry_run, (), MappingProxyType({}))
+        finals = ", ".join("?" * len(FINISHED))
+        found = self._query(
+            "SELECT r.run_no, r.run_id, r.saga, r.status, r.created, r.updated, r.recoveries,"
+            " (SELECT count(*) FROM events e WHERE e.run_no = r.run_no)"
+            f" FROM runs r WHERE r.status IN ({finals}) AND r.updated < ? ORDER BY r.created, r.run_id",
+            (*FINISHED, before),
+        )
+        removed = tuple(
+            RunInfo(
+                run_id=str(run_id),
+                saga=str(saga),
+                status=_status(self.path, run_id, status),
+                events=int(count),
+                created=float(created),
+                updated=float(updated),
+                recoveries=int(recoveries),
+            )
+            for _, run_id, saga, status, created, updated, recoveries, count in found
+        )
+        if not dry_run:
+            numbers = [int(row[0]) for row in found]
+            for start in range(0, len(numbers), _PRUNE_CHUNK):
+                self._delete_runs(numbers[start : start + _PRUNE_CHUNK], before)
+        counts = dict(self._query("SELECT status, count(*) FROM runs GROUP BY status"))
+        if dry_run:
+            for run in removed:
+                counts[run.status.value] -= 1
+        left = {_status(self.path, "?", status): int(n) for status, n in counts.items() if n > 0}
+        return Pruned(before, dry_run, removed, MappingProxyType(left))
+
+    def _delete_runs(self, numbers: Sequence[int], before: float) -> None:
+        """Delete these runs and their events, in one transaction, if they are still finished and old."""
+        marks = ", ".join("?" * len(numbers))
+        finals = ", ".join("?" * len(FINISHED))
+        # Checked again: another prune may have deleted a run meanwhile and a new run taken its number.
+        still = f"run_no IN ({marks}) AND status IN ({finals}) AND updated < ?"
+        params = (*numbers, *FINISHED, before)
+        with self._lock:
+            db = self._db
+            try:
+                self._transaction(
+                    lambda: (
+                        db.execute(
+                            f"DELETE FROM events WHERE run_no IN (SELECT run_no FROM runs WHERE {still})",
+                            params,
+                        ),
+                        db.execute(f"DELETE FROM runs WHERE {still}", params),
+                    )
+                )
+            except sqlite3.Error as exc:
+                raise sqlite_error(self.path, exc, "could not prune") from exc
+            self.commits += 1
+
     def unfinished(self) -> tuple[StoredRun, ...]:
         """Every run whose last recorded status is not final, with its events, oldest first.
 
@@ -381,6 +472,20 @@ def _open_checked(path: Path, uri: str) -> tuple[sqlite3.Connection, bool]:
     except BaseException:
         db.close()
         raise
+
+
+def prune_runs(path: Path | str, before: float, *, dry_run: bool = False) -> Pruned:
+    """Delete the journal's finished runs last updated before `before`, oldest first; return them.
+
+    Safe beside a live writer (see `JournalFile.open_pruner`); `dry_run` only finds them.
+    """
+    if os.fspath(path) == "":  # Path("") is ".": the error would name the current folder
+        raise JournalUnavailable(path, "empty path: name the journal file")
+    file = JournalFile.open_pruner(Path(path))
+    try:
+        return file.prune(before, dry_run=dry_run)
+    finally:
+        file.close()
 
 
 @contextlib.contextmanager
