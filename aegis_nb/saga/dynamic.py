@@ -147,10 +147,11 @@ class Saga:
         self._state = SagaState.ENDED
         try:
             if exc is None:
-                self._run = await self._execution.commit()
+                await self._execution.commit()
             else:
-                self._run = await self._execution.fail(exc)
+                await self._execution.fail(exc)
         finally:
+            self._run = self._execution.outcome  # None if the journal failed under the rollback
             if self._journal is not None:
                 # Ended, or given up (an interrupt, a journal that failed): either way, what the
                 # journal holds of the run is now for recovery, in this process too.

@@ -74,6 +74,7 @@ class Execution:
         self.specs: list[StepSpec] = []  # every step started, for the secrets its arguments hold
         self.unrecorded: list[StepSucceeded] = []  # successes whose journal write failed
         self.failure: tuple[BaseException, ErrorInfo] | None = None  # the last step failure recorded
+        self.outcome: SagaRun | None = None  # once ended, even by a cancellation or interrupt
 
     async def start(self, plan: Sequence[str]) -> None:
         """Record the run's start; `plan` names the steps known ahead (none for a dynamic saga)."""
@@ -270,7 +271,8 @@ class Execution:
                 # nothing undoes it; the cancellation or a sink's interrupt propagates after it.
                 raise
             return await self.fail(exc)
-        return SagaRun(tuple(recorder.events), self.context, None)
+        self.outcome = SagaRun(tuple(recorder.events), self.context, None)
+        return self.outcome
 
     async def fail(self, exc: BaseException) -> SagaRun:
         """Compensate what is owed, shielded, then re-raise a cancellation or interrupt, or return the
@@ -286,9 +288,10 @@ class Execution:
         else:
             cause = ErrorInfo.from_exception(exc, secrets)
         report = await run_shielded(self._roll_back(kind, cause, secrets))
+        run = self._rolled_back(report, scrubbed_cause(exc, secrets))
         if kind in (FailureKind.CANCELLED, FailureKind.INTERRUPTED):
             raise exc
-        return self._rolled_back(report, scrubbed_cause(exc, secrets))
+        return run
 
     async def roll_back_requested(self, reason: str) -> SagaRun:
         """Compensate what is owed because the saga's code asked to, and end the run rolled back."""
@@ -301,7 +304,8 @@ class Execution:
         error_type = SagaCompensationFailed if report.compensation_failures else SagaRolledBack
         error: SagaFailed = error_type(report)
         error.__cause__ = cause
-        return SagaRun(tuple(self.recorder.events), None, error, report)
+        self.outcome = SagaRun(tuple(self.recorder.events), None, error, report)
+        return self.outcome
 
     async def _roll_back(self, kind: FailureKind, cause: ErrorInfo, secrets: tuple[str, ...]) -> SagaReport:
         """The shielded part of a rollback: the compensations, newest first, then the final event."""
