@@ -151,7 +151,7 @@ class Saga:
             else:
                 await self._execution.fail(exc)
         finally:
-            self._run = self._execution.outcome  # None if the journal failed under the rollback
+            self._run = self._execution.take_outcome()  # None if the journal failed under the rollback
             if self._journal is not None:
                 # Ended, or given up (an interrupt, a journal that failed): either way, what the
                 # journal holds of the run is now for recovery, in this process too.
@@ -184,8 +184,9 @@ class Saga:
             raise TypeError(f"rollback(reason) takes a str, got {type(reason).__name__}")
         self._state = SagaState.ENDED
         try:
-            self._run = await self._execution.roll_back_requested(reason)
+            await self._execution.roll_back_requested(reason)
         finally:
+            self._run = self._execution.take_outcome()
             if self._journal is not None:
                 self._journal.close_run(self.run_id)
 

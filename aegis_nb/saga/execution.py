@@ -76,6 +76,12 @@ class Execution:
         self.failure: tuple[BaseException, ErrorInfo] | None = None  # the last step failure recorded
         self.outcome: SagaRun | None = None  # once ended, even by a cancellation or interrupt
 
+    def take_outcome(self) -> SagaRun | None:
+        """The ended run (None before), forgotten here: its error's cause has a traceback through
+        this execution's frames, which would hold it in a cycle."""
+        outcome, self.outcome = self.outcome, None
+        return outcome
+
     async def start(self, plan: Sequence[str]) -> None:
         """Record the run's start; `plan` names the steps known ahead (none for a dynamic saga)."""
         recorder = self.recorder
