@@ -32,6 +32,7 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
     status = SagaStatus.RUNNING
     succeeded: list[str] = []
     failed: str | None = None
+    failed_group: int | None = None
     kind: FailureKind | None = None
     cause: ErrorInfo | None = None
     compensated: list[str] = []
@@ -42,11 +43,17 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
                 run_id, saga, steps = event.run_id, event.saga, event.steps
             case StepSucceeded():
                 succeeded.append(event.step)
+            case StepFailed(kind=FailureKind.CANCELLED) if (
+                failed_group is not None and event.group == failed_group
+            ):
+                pass  # a member cancelled because a sibling failed: the sibling's failure is the group's
             case StepFailed():
                 failed, kind, cause = event.step, event.kind, event.error
+                failed_group = event.group
                 status = SagaStatus.COMPENSATING
             case StepTimedOut():
                 failed, kind, cause = event.step, FailureKind.TIMEOUT, event.error
+                failed_group = event.group
                 status = SagaStatus.COMPENSATING
             case CompensationSucceeded():
                 compensated.append(event.step)
