@@ -29,12 +29,12 @@ from typing import Any
 
 from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import ToolTimeoutError
+from aegis_nb.kernel.errors import SagaDefinitionError, ToolTimeoutError
 from aegis_nb.saga.definition import StepSpec, normalize_entry
 from aegis_nb.saga.execution import Execution
 from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.outcome import SagaRun
-from aegis_nb.saga.parallel import CompensationOrder, parallel
+from aegis_nb.saga.parallel import CompensationOrder, ParallelGroup, parallel
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.saga.sinks import SinkSet
@@ -160,8 +160,18 @@ class Saga:
     # -- steps ---------------------------------------------------------------------------------------
 
     async def step(self, step: Any, /, *args: Any, **kwargs: Any) -> AegisContext:
-        """Check `step` as a saga entry, journal it, run it on the latest context; return its output."""
+        """Check `step` as a saga entry, journal it, run it on the latest context; return its output.
+
+        A `parallel(...)` group is an entry too, run as `parallel` runs it.
+        """
         self._check_open("step")
+        if isinstance(step, ParallelGroup):
+            if args or kwargs:
+                raise SagaDefinitionError(
+                    "saga.step(parallel(...)) takes no arguments: give each member its own, "
+                    "as (step, args, kwargs)"
+                )
+            return await self._execution.run_group(await self._added(step))
         (spec,) = await self._added((step, args, kwargs) if args or kwargs else step)
         return await self._execution.run_step(spec)
 
