@@ -9,7 +9,7 @@ from opentelemetry import trace
 
 from aegis_nb import AegisContext, SagaReport, SagaStatus, WorkflowEngine, parallel
 from aegis_nb.kernel.report import ErrorInfo, FailureKind
-from aegis_nb.saga.events import CompensationStarted, CompensationSucceeded, SagaRolledBackEvent
+from aegis_nb.saga.events import CompensationStarted, CompensationSucceeded, SagaRolledBackEvent, StepFailed
 from aegis_nb.tracing import SagaTracer
 from tests.tracing_support import Spans
 
@@ -98,7 +98,11 @@ async def test_a_run_recovery_finishes_is_a_workflow_span_of_its_own_named_by_it
         cause=ErrorInfo("Crash", "the process stopped"),
         compensated=("flight",),
     )
+    interrupted = ErrorInfo("Crash", "the process stopped")
     for event in (
+        StepFailed(
+            "r1", 2, 0.0, index=1, step="hotel", duration=0.0, kind=FailureKind.INTERRUPTED, error=interrupted
+        ),
         CompensationStarted("r1", 3, 0.0, index=0, step="flight", attempt=1),
         CompensationSucceeded("r1", 4, 0.0, index=0, step="flight", attempt=1, duration=0.0),
         SagaRolledBackEvent("r1", 5, 0.0, saga="trip", duration=0.0, report=report),
@@ -119,6 +123,19 @@ async def test_a_run_recovery_finishes_is_a_workflow_span_of_its_own_named_by_it
         "error.type": "Crash",
         "aegis.saga.failure_kind": "interrupted",
     }
+    # The interrupted step's end, whose span is in the other process's trace, is told on the run's.
+    assert [(event.name, dict(event.attributes or {})) for event in run.events] == [
+        (
+            "aegis.step.failed",
+            {
+                "aegis.event.seq": 2,
+                "aegis.saga.failure_kind": "interrupted",
+                "exception.type": "Crash",
+                "exception.message": "the process stopped",
+            },
+        ),
+        ("aegis.saga.rolled_back", {"aegis.event.seq": 5}),
+    ]
     assert (run.status.status_code, run.status.description) == (
         trace.StatusCode.ERROR,
         "the process stopped — rolled back: flight",

@@ -179,7 +179,10 @@ class _RunSpans:
         if current is not None:
             current.release()
         span = self.in_progress.pop(key, None)
-        if span is None:  # an end whose start this tracer never saw (recovery's own records)
+        if span is None:
+            # An end whose start this tracer never saw: recovery records how a step it finds
+            # interrupted ended, its start long gone with the process that ran it.
+            self._note(self.saga, event)
             return
         self._note(span, event)
         _finish(span, event)
