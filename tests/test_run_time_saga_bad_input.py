@@ -279,19 +279,18 @@ async def test_a_step_the_check_refuses_leaves_a_dynamic_saga_open_and_its_index
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SagaRolledBack,
-    reason="engine bug, reported to the lead: saga.step(parallel(a, b)) raises a bare ValueError "
-    "'too many values to unpack (expected 1)' (after journaling both members and taking their indexes), "
-    "which leaves the block and rolls the saga back",
-)
-async def test_a_group_given_to_step_is_refused_with_a_pointer_to_parallel() -> None:
-    ledger = Ledger()
-    async with WorkflowEngine().saga(name="trip") as saga:
-        with pytest.raises(SagaDefinitionError):
-            await saga.step(parallel(Tracked("car", ledger), Tracked("taxi", ledger)))
-    assert ledger == []
+async def test_a_group_given_to_step_with_arguments_is_refused_and_nothing_runs() -> None:
+    ledger, capture = Ledger(), EventCapture()
+    async with WorkflowEngine().saga(name="trip", sinks=[capture]) as saga:
+        await saga.step(Tracked("flight", ledger))
+        before = list(capture)
+        with pytest.raises(SagaDefinitionError) as caught:
+            await saga.step(parallel(Tracked("car", ledger), Tracked("taxi", ledger)), nights=3)
+        assert (list(capture), saga.state) == (before, SagaState.OPEN)
+    assert str(caught.value) == (
+        "saga.step(parallel(...)) takes no arguments: give each member its own, as (step, args, kwargs)"
+    )
+    assert ledger == [(Effect.EXECUTE, "flight")]
 
 
 CONFLICT = (
