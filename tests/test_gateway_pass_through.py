@@ -200,3 +200,25 @@ async def test_several_clients_share_one_open_gateway_and_a_second_open_is_refus
     assert ids == ("FL-0001", "HT-0001")
     with pytest.raises(RuntimeError, match="the gateway is not open"):
         gateway.defaults()
+
+
+async def test_an_irreversible_tool_the_policy_allows_in_a_saga_is_let_through_as_no_step() -> None:
+    policy = SHIPPED.read_text().replace(
+        '[tools.set_faults]\nkind = "irreversible"\n',
+        '[tools.set_faults]\nkind = "irreversible"\nallow_in_saga = true\n',
+    )
+    agency = TravelAgency()
+    gateway = Gateway(parse_policy(policy), upstreams={"agency": agency.server})
+    async with Client(gateway) as client:
+        begun = await client.call_tool("saga_begin", {})
+        saga = (begun.structured_content or {})["saga"]
+        set_faults = await client.call_tool(
+            "set_faults", {"plan": {"book_flight": {"fail_next": 1}}, "saga": saga}
+        )
+        status = await client.call_tool("saga_status", {"saga": saga})
+    assert (set_faults.is_error, set_faults.structured_content) == (
+        False,
+        {"faults": agency.faults.to_json()},
+    )
+    assert agency.faults.to_json() != {}
+    assert (status.structured_content or {})["steps"] == []
