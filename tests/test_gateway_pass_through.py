@@ -5,6 +5,7 @@ and routed by the policy when two upstreams serve one name."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,8 @@ from mcp.types import ToolAnnotations
 
 from aegis_nb.gateway import Gateway, PolicyError, ToolKind, ToolPolicy, parse_policy
 from aegis_nb.mock import TravelAgency
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.journal import InMemoryJournal
 from aegis_nb.server.results import REFUSED_META_KEY
 from tests.test_gateway_policy_errors import SHIPPED
 
@@ -222,3 +225,15 @@ async def test_an_irreversible_tool_the_policy_allows_in_a_saga_is_let_through_a
     )
     assert agency.faults.to_json() != {}
     assert (status.structured_content or {})["steps"] == []
+
+
+def test_a_journal_is_refused_until_gateway_steps_can_be_rebuilt_after_a_crash(tmp_path: Path) -> None:
+    policy = parse_policy(SHIPPED.read_text())
+    options: list[dict[str, Any]] = [
+        {"journal": tmp_path / "j.db"},
+        {"engine": WorkflowEngine(journal=InMemoryJournal())},
+    ]
+    for given in options:
+        with pytest.raises(ValueError, match="cannot be journaled") as caught:
+            Gateway(policy, **given)
+        assert str(caught.value) == "a Gateway's sagas cannot be journaled yet: give it no journal"

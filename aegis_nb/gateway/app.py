@@ -83,7 +83,14 @@ class Gateway(AegisMCP):
         """`upstreams` maps an upstream's policy name to a server object, stdio parameters or a URL,
         in place of what the policy says. A saga idle for `ttl` seconds, or open for `saga_timeout`,
         is rolled back (`clock` measures both: the loop's by default). Other keyword arguments go to
-        `AegisMCP` (`engine`, `journal`)."""
+        `AegisMCP` (`engine`, its sinks seeing every saga's events).
+
+        A journal is refused for now: a gateway step holds the upstream's session, which no journal
+        can rebuild after a crash, and a journal that refused each step would fail every saga call.
+        """
+        engine = kwargs.get("engine")
+        if kwargs.get("journal") is not None or getattr(engine, "journal", None) is not None:
+            raise ValueError("a Gateway's sagas cannot be journaled yet: give it no journal")
         self.policy = policy
         self.ttl = ttl
         self.saga_timeout = saga_timeout
