@@ -9,8 +9,13 @@ slider over the finished run's events.
 The view follows one run at a time: another run's events are ignored while it follows one. A run
 that will never end (interrupted mid-rollback, so no final event comes) is given up on when the task
 that started it has finished, or starts another run itself: a task awaits one `run_saga` at a time,
-unless the new run is nested in the followed one (run by one of its steps or compensations). Whoever
-awaited the run can also say it is over with `stop()`, as the magics do.
+unless the new run is nested in the followed one (run by one of its steps or compensations, or, for
+a saga built as it runs, by the code in its ``async with`` block). Whoever awaited the run can also
+say it is over with `stop()`, as the magics do.
+
+Members of a parallel group report from tasks of their own, interleaved; a saga built as it runs
+names no steps when it starts. Both are drawn as their events come: the diagram's model learns each
+lane and group from the step events (`aegis_nb.diagram.SequenceBuilder`).
 
 The widget is an anywidget (`DiagramWidget`): the same view in JupyterLab, Notebook 7, VS Code,
 Colab and marimo (where the view is a cell's last expression, ``view``, and runs in other cells
@@ -43,6 +48,7 @@ from aegis_nb.notebook.replay import ReplayView
 from aegis_nb.notebook.static import Bundle, static_bundle
 from aegis_nb.notebook.surface import JupyterSurface, Surface
 from aegis_nb.notebook.widgets import DiagramWidget
+from aegis_nb.saga.dynamic import Saga
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import FINAL_EVENT_TYPES, SagaEvent, SagaStarted, StepStarted
 from aegis_nb.saga.trace import describe
@@ -287,11 +293,17 @@ def _current_task() -> anyio.TaskInfo | None:
 _ENGINE_PACKAGE = WorkflowEngine.__module__.rpartition(".")[0] + "."
 
 
-def _engine_frame() -> FrameType | None:
-    """The outermost frame of the engine code that is delivering an event (None if no engine is).
+_DYNAMIC_ENTRY = Saga.__aenter__.__code__
 
-    It is the run's own frame (``run_saga``, say): it stays on its task's stack exactly while the run
-    runs. Frames between the engine and the sink (a wrapping sink's) are skipped.
+
+def _engine_frame() -> FrameType | None:
+    """The frame that stays on its task's stack exactly while the run delivering an event runs.
+
+    For a list saga it is the run's own frame (``run_saga``, say), the outermost of the engine code
+    delivering the event; frames between the engine and the sink (a wrapping sink's) are skipped.
+    A saga built as it runs starts in ``Saga.__aenter__``, which returns before its first step: its
+    run runs while the caller's frame that holds the ``async with`` block does. None if no engine
+    is delivering the event.
     """
     frame: FrameType | None = sys._getframe(1)
     outermost = None
@@ -301,6 +313,8 @@ def _engine_frame() -> FrameType | None:
         elif outermost is not None:
             break
         frame = frame.f_back
+    if outermost is not None and outermost.f_code is _DYNAMIC_ENTRY:
+        return outermost.f_back
     return outermost
 
 
