@@ -276,3 +276,42 @@ async def test_a_secret_argument_reaches_no_event_and_no_status() -> None:
         await client.call_tool("saga_rollback", {"saga": saga})
     seen = " ".join([*(repr(event) for event in events), *(describe(event) for event in events), str(status)])
     assert (CARD in seen, CARD[:12] in seen, ledger(agency)["refunds"]) == (False, False, 1)
+
+
+async def test_a_saga_begun_with_rollback_on_error_rolls_back_at_the_first_failed_call() -> None:
+    agency = TravelAgency()
+    async with Client(make_gateway(agency)) as client:
+        saga = await begin(client, rollback_on_error=True)
+        await client.call_tool("book_flight", {"destination": "Rome", "saga": saga})
+        failed = await client.call_tool(
+            "book_flight", {"destination": "Rome", "flight_no": "XX1", "saga": saga}
+        )
+        status = data(await client.call_tool("saga_status", {"saga": saga}))
+    assert failed.is_error is True
+    assert (status["status"], status["reason"], [s["state"] for s in status["steps"]]) == (
+        "rolled_back",
+        "a step failed and the saga rolls back on error",
+        ["undone", "failed"],
+    )
+    assert ledger(agency)["flights"] == []
+
+
+async def test_a_saga_past_its_deadline_is_rolled_back_busy_or_not() -> None:
+    agency = TravelAgency()
+    clock = FakeClock()
+    gateway = make_gateway(agency, clock=clock)
+    async with gateway, Client(gateway) as client:
+        saga = await begin(client, deadline_seconds=60.0)
+        for minute in range(1, 3):
+            clock.now = 25.0 * minute  # a call every 25 s: never idle
+            await client.call_tool("book_flight", {"destination": f"Bari{minute}", "saga": saga})
+        assert await gateway.handles.expire() == ()
+        clock.now = 60.0
+        await gateway.handles.expire()
+        status = data(await client.call_tool("saga_status", {"saga": saga}))
+    assert (status["status"], status["reason"], [s["state"] for s in status["steps"]]) == (
+        "rolled_back",
+        "past its deadline",
+        ["undone", "undone"],
+    )
+    assert ledger(agency)["flights"] == []
