@@ -6,11 +6,13 @@ that a crash could forget. A sink that raises is detached and logged; it never b
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import anyio
 
 from aegis_nb.kernel.clock import Clock
+from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.sinks import Sink, SinkSet, direct_call, same_sink
@@ -21,7 +23,7 @@ logger = logging.getLogger("aegis_nb.saga")
 class RunRecorder:
     """Builds each event with the run id, the next sequence number and the clock time."""
 
-    __slots__ = ("_subscribed", "clock", "events", "journal", "run_id", "sink_sets", "sinks")
+    __slots__ = ("_subscribed", "_writing", "clock", "events", "journal", "run_id", "sink_sets", "sinks")
 
     def __init__(
         self, run_id: str, clock: Clock, journal: Journal | None, sink_sets: tuple[SinkSet, ...]
@@ -35,6 +37,9 @@ class RunRecorder:
         # `sinks[i]` calls `_subscribed[i]`, the sink as it was subscribed.
         self._subscribed = tuple(sink for origin in sink_sets for sink in origin.sinks)
         self.sinks = tuple(map(direct_call, self._subscribed))
+        # A parallel group's members record concurrently, each event numbered when it was built: one
+        # journal write at a time, each renumbered next, or two would take one sequence number.
+        self._writing = anyio.Lock() if journal is not None else None
 
     def header(self, time: float | None = None) -> tuple[str, int, float]:
         """The run id, sequence number and time (now, unless given) of the run's next event, the
@@ -50,13 +55,33 @@ class RunRecorder:
         is held by the journal until the event is recorded (see `Journal.append`) and raised here
         after publishing it. A failed write (`JournalError`) publishes nothing.
         """
-        if self.journal is not None:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await self.journal.append(event)
-                except anyio.get_cancelled_exc_class():
-                    self.publish(event)
-                    raise
+        writing = self._writing
+        if writing is None:
+            self.publish(event)
+        elif writing.locked():  # a group member's write is in flight: wait for it as for a write
+            await run_shielded(self._record_in_turn(writing, event))
+        else:
+            writing.acquire_nowait()  # no await before the write: no cancellation lands in between
+            try:
+                await self._write(event)
+            finally:
+                writing.release()
+
+    async def _record_in_turn(self, writing: anyio.Lock, event: SagaEvent) -> None:
+        async with writing:
+            await self._write(event)
+
+    async def _write(self, event: SagaEvent) -> None:
+        """Journal `event` (numbered after the events recorded so far), then publish it."""
+        assert self.journal is not None
+        if event.seq != len(self.events):  # built while a sibling's event was being written
+            event = dataclasses.replace(event, seq=len(self.events))
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.journal.append(event)
+            except anyio.get_cancelled_exc_class():
+                self.publish(event)
+                raise
         self.publish(event)
 
     def publish(self, event: SagaEvent) -> None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
@@ -46,12 +46,18 @@ from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.batches import Batch, BatchWriter
-from aegis_nb.saga.durable.codec import json_problem
+from aegis_nb.saga.durable.codec import dumps, json_problem
 from aegis_nb.saga.durable.errors import JournalError, JournalUnavailable, StepNotRecoverable
 from aegis_nb.saga.durable.eventtext import encode_event
-from aegis_nb.saga.durable.locator import StepLocator, StepResolver, one_object_per_registered_name
-from aegis_nb.saga.durable.runs import JournaledRun, decode_run, encode_steps
-from aegis_nb.saga.durable.store import EventRow, JournalFile, NewRun, RecoveryMark, Row, RunInfo
+from aegis_nb.saga.durable.locator import (
+    LocatorKind,
+    StepLocator,
+    StepResolver,
+    one_object_per_registered_name,
+)
+from aegis_nb.saga.durable.runs import JournaledRun, decode_run, encode_steps, steps_text
+from aegis_nb.saga.durable.steprecord import StepRecord
+from aegis_nb.saga.durable.store import EventRow, JournalFile, NewRun, RecoveryMark, Row, RunInfo, StepsRow
 from aegis_nb.saga.events import (
     FINAL_EVENT_TYPES,
     CompensationStarted,
@@ -84,7 +90,11 @@ class Durability(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class _LiveRun:
-    """What the journal must know of a run in progress: its in-doubt steps and its last step."""
+    """What the journal must know of a run in progress: its in-doubt steps and its last step.
+
+    A dynamic saga's last step is not known (`last` is -1): each success is then synced, since no
+    run's end is sure to follow it.
+    """
 
     in_doubt: frozenset[int]
     last: int
@@ -101,6 +111,16 @@ class _LiveRun:
             # Before an in-doubt first step, its synced start follows at once and writes this too.
             return Durability.QUEUED if 0 in self.in_doubt else Durability.COMMITTED
         return durability_of(event)
+
+
+@dataclass(frozen=True, slots=True)
+class _AddedSteps:
+    """A dynamic saga's steps so far: each record's JSON text, and the steps found by registered name
+    (two objects must not share one name across the whole run, as within a list)."""
+
+    saga: str
+    records: tuple[str, ...] = ()
+    named: tuple[tuple[StepSpec, StepLocator], ...] = ()
 
 
 def durability_of(event: SagaEvent) -> Durability:
@@ -139,6 +159,7 @@ class SqliteJournal:
         # A run's row, held back until its first event: queued on its own, another run's commit
         # could write it alone, and a crash would then leave a run that seems to have started.
         self._unstarted: dict[str, NewRun] = {}
+        self._added: dict[str, _AddedSteps] = {}  # the dynamic sagas among the live runs
         self._broken: dict[str, JournalError] = {}
         self._closed = False
 
@@ -207,13 +228,42 @@ class SqliteJournal:
         await self.open()
         self._live[run_id] = _LiveRun(frozenset(s.index for s in specs if s.in_doubt), len(specs) - 1)
         self._unstarted[run_id] = NewRun(run_id, saga, encode_steps(specs, locators))
+        if not specs:  # a dynamic saga: its steps come through `add_steps`
+            self._added[run_id] = _AddedSteps(saga)
 
     async def add_steps(self, run_id: str, saga: str, specs: Sequence[StepSpec]) -> None:
-        """Refuse the steps a dynamic saga adds as it runs: this journal keeps a run's steps only as
-        given to `open_run`, so recovery could not rebuild them."""
-        raise StepNotRecoverable(
-            f"saga {saga!r}: {self.path} cannot journal steps added while a saga runs (a dynamic saga)"
+        """Check steps a dynamic saga adds (a step, or a group's members) as `open_run` checks a list's,
+        before they run, and keep them with the run, so recovery rebuilds them.
+
+        The run's records are rewritten with the next write, which is at the latest the first step's
+        start: never after an event of theirs (rows are written in the order queued).
+        """
+        specs = tuple(specs)
+        locators = tuple(self._locate(saga, spec) for spec in specs)
+        added = self._added.get(run_id, _AddedSteps(saga))
+        named = tuple(
+            (spec, found)
+            for spec, found in zip(specs, locators, strict=True)
+            if found.kind is LocatorKind.NAME
         )
+        if named:
+            every = (*added.named, *named)
+            one_object_per_registered_name(saga, [spec for spec, _ in every], [found for _, found in every])
+        records = (
+            *added.records,
+            *(
+                dumps(StepRecord.of(spec, found).to_json())
+                for spec, found in zip(specs, locators, strict=True)
+            ),
+        )
+        self._added[run_id] = _AddedSteps(saga, records, (*added.named, *named))
+        live = self._live.get(run_id, _LiveRun(frozenset(), -1))
+        self._live[run_id] = replace(live, in_doubt=live.in_doubt | {s.index for s in specs if s.in_doubt})
+        text = steps_text(records)
+        if (unstarted := self._unstarted.get(run_id)) is not None:
+            self._unstarted[run_id] = replace(unstarted, steps=text)  # its row is not written yet
+        else:
+            self._pending.queue(StepsRow(run_id, text))
 
     async def append(self, event: SagaEvent) -> None:
         """Record `event`; return once it is as durable as the engine needs (see the module docstring).
@@ -240,6 +290,7 @@ class SqliteJournal:
         the run before its end was on disk, it would have undone a run about to commit."""
         self._live.pop(run_id, None)
         self._unstarted.pop(run_id, None)
+        self._added.pop(run_id, None)
         self._broken.pop(run_id, None)
         self._pending.forget(run_id)
 

@@ -17,6 +17,7 @@ in the live run (``run_id/position``), which is what makes that safe.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +28,13 @@ import anyio
 
 from aegis_nb.kernel.clock import loop_clock
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import SagaCompensationFailed, SagaDefinitionError, SagaFailed, SagaRolledBack
+from aegis_nb.kernel.errors import (
+    SagaCompensationFailed,
+    SagaDefinitionError,
+    SagaFailed,
+    SagaRolledBack,
+    StepResultError,
+)
 from aegis_nb.kernel.report import (
     CompensationFailure,
     ErrorInfo,
@@ -51,9 +58,10 @@ from aegis_nb.saga.events import (
 )
 from aegis_nb.saga.journal import Journal
 from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.saga.parallel import merge_outputs
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import OwedCompensation, conclude_rollback, roll_back
+from aegis_nb.saga.rollback import Owed, OwedCompensation, OwedGroup, conclude_rollback, roll_back
 from aegis_nb.saga.sinks import SinkSet
 
 CRASH = ErrorInfo("ProcessCrashed", "the process running the saga stopped before the run finished")
@@ -106,7 +114,10 @@ class RecoveryIncomplete(JournalError):
 class RecoveryPlan:
     """What recovery will do with one run, decided from its events and step records alone.
 
-    Steps are named as in `SagaReport`; `steps` holds them in order.
+    Steps are named as in `SagaReport`; `steps` holds them in order. `in_flight` names every step a
+    crash cut off (started, no outcome), oldest first: several when a group's members were running;
+    `interrupted` is the newest of them when no step had failed, and `failed` the newest step that
+    failed, or else `interrupted` (0.1.0's plan, which had one of each at most).
     """
 
     run_id: str
@@ -120,15 +131,24 @@ class RecoveryPlan:
     compensated: tuple[str, ...]
     given_up: tuple[CompensationFailure, ...]
     owed: tuple[tuple[StepRecord, AegisContext], ...]
+    in_flight: tuple[str, ...] = ()
 
 
 def plan_recovery(run: JournaledRun) -> RecoveryPlan:
-    """Which compensations a crashed run still owes, newest first, and with which contexts."""
+    """Which compensations a crashed run still owes, newest first by index, and with which contexts.
+
+    Owed: every step that succeeded, with the context its execute returned, and every step that failed
+    or was cut off in flight when it is in doubt and its tool did not refuse, with its input (the
+    context after the last entry that completed before it: for the step after a parallel group, the
+    group's merged outputs; for a member, the group's input). A dynamic saga whose code caught a failed
+    step and went on, and a group cut off mid-way, so owe several such steps. Compensations already
+    finished or given up on are left out.
+    """
     run_id = run.run_id
     initial: AegisContext | None = None
     snapshots: dict[int, AegisContext] = {}
     started: set[int] = set()
-    failed: int | None = None
+    failed: dict[int, ErrorInfo] = {}  # index -> its error, in the order they failed
     kind, cause = FailureKind.INTERRUPTED, CRASH
     compensated: dict[int, str] = {}  # in the order they were undone
     given_up: dict[int, CompensationFailure] = {}
@@ -141,31 +161,29 @@ def plan_recovery(run: JournaledRun) -> RecoveryPlan:
             case StepSucceeded():
                 snapshots[event.index] = event.context
             case StepFailed() | StepTimedOut():
-                failed = event.index
-                if isinstance(event, StepFailed):
-                    kind, cause = event.kind, event.error
-                else:
-                    kind, cause = FailureKind.TIMEOUT, event.error
+                failed[event.index] = event.error
+                if not _sibling_cancelled(event) or cause is CRASH:
+                    kind = event.kind if isinstance(event, StepFailed) else FailureKind.TIMEOUT
+                    cause = event.error
             case CompensationSucceeded():
                 compensated[event.index] = event.step
             case CompensationFailed(will_retry=False):
                 given_up[event.index] = CompensationFailure(event.step, event.attempt, event.error)
-    in_flight = sorted(started - set(snapshots) - ({failed} if failed is not None else set()))
-    interrupted = in_flight[-1] if in_flight and failed is None else None
+    in_flight = sorted(started - set(snapshots) - set(failed))
     done = set(compensated) | set(given_up)
-    owed: list[tuple[StepRecord, AegisContext]] = []
-    doubtful = failed if failed is not None else interrupted
-    # As in the live engine: a step whose tool answered that it did not act (a refusing ToolError, journaled
-    # as a refused error) is not in doubt, so it owes nothing even when it opted in as in-doubt.
-    refused = failed is not None and cause.refused
-    if doubtful is not None and run.steps[doubtful].in_doubt and not refused and doubtful not in done:
-        before = snapshots.get(doubtful - 1, initial)
-        if before is not None:
-            owed.append((run.steps[doubtful], before.for_step(run_id, doubtful)))
-    for index in sorted(snapshots, reverse=True):
-        if index not in done:
-            owed.append((run.steps[index], snapshots[index]))
+    inputs = _inputs(run, initial, snapshots)
+    owed: dict[int, AegisContext] = {index: ctx for index, ctx in snapshots.items() if index not in done}
+    for index in (*failed, *in_flight):
+        error = failed.get(index)
+        # As in the live engine: a step whose tool answered that it did not act (a refusing ToolError,
+        # journaled as a refused error) is not in doubt, so it owes nothing even when it opted in.
+        refused = error is not None and error.refused
+        before = inputs.get(index)
+        if run.steps[index].in_doubt and not refused and index not in done and before is not None:
+            owed[index] = before.for_step(run_id, index)
     names = tuple(s.name for s in run.steps)
+    interrupted = in_flight[-1] if in_flight and not failed else None
+    doubtful = max(failed) if failed else interrupted
     return RecoveryPlan(
         run_id=run_id,
         saga=run.saga,
@@ -177,8 +195,48 @@ def plan_recovery(run: JournaledRun) -> RecoveryPlan:
         cause=cause,
         compensated=tuple(compensated.values()),
         given_up=tuple(given_up.values()),
-        owed=tuple(owed),
+        owed=tuple((run.steps[index], owed[index]) for index in sorted(owed, reverse=True)),
+        in_flight=tuple(names[i] for i in in_flight),
     )
+
+
+def _sibling_cancelled(event: StepFailed | StepTimedOut) -> bool:
+    """A group's member cancelled because a sibling failed: the sibling's failure is the run's cause."""
+    return (
+        isinstance(event, StepFailed)
+        and event.kind is FailureKind.CANCELLED
+        and event.error.type == "Cancelled"
+    )
+
+
+def _inputs(
+    run: JournaledRun, initial: AegisContext | None, snapshots: Mapping[int, AegisContext]
+) -> dict[int, AegisContext]:
+    """Each step's input context, as the live run gave it (before its idempotency stamp).
+
+    A step gets the output of the last entry that completed before it; an entry that failed (a dynamic
+    saga's code caught it) leaves the context as it was. A group completes when every member succeeded,
+    its output their metadata merged (`merge_outputs`); its members all get the group's input.
+    """
+    inputs: dict[int, AegisContext] = {}
+    if initial is None:
+        return inputs
+    current, position, steps = initial, 0, run.steps
+    while position < len(steps):
+        group = steps[position].group
+        members = range(position, min(position + (group.size if group else 1), len(steps)))
+        for index in members:
+            inputs[index] = current
+        outputs = [snapshots[index] for index in members if index in snapshots]
+        if len(outputs) == len(members):  # the entry completed: the next one gets its output
+            if group is None:
+                current = outputs[0]
+            else:
+                # Members that wrote one key with different values failed the group: context unchanged.
+                with contextlib.suppress(StepResultError):
+                    current = merge_outputs(current, outputs, [steps[i].name for i in members])
+        position = members.stop
+    return inputs
 
 
 async def recover_unfinished(
@@ -249,8 +307,24 @@ def _rebuild(resolver: StepResolver, plan: RecoveryPlan) -> tuple[StepSpec, ...]
             raise StepNotRecoverable(
                 problem, run_id=plan.run_id, step=step_record.name, locator=str(step_record.locator)
             ) from exc
-        specs.append(replace(spec, index=step_record.index, name=step_record.name))
+        specs.append(replace(spec, index=step_record.index, name=step_record.name, group=step_record.group))
     return tuple(specs)
+
+
+def _grouped(owed: list[OwedCompensation]) -> list[Owed]:
+    """`owed` (newest first) with each parallel group's members together, in start order, under the
+    group's own compensation order, as the live rollback has them."""
+    units: list[Owed] = []
+    for item in owed:
+        group = item.spec.group
+        last = units[-1] if units else None
+        if group is None:
+            units.append(item)
+        elif isinstance(last, OwedGroup) and last.members[0].spec.group == group:
+            units[-1] = OwedGroup((item, *last.members), group.compensation)
+        else:
+            units.append(OwedGroup((item,), group.compensation))
+    return units
 
 
 async def _finish(
@@ -268,19 +342,22 @@ async def _finish(
     recorder.events.extend(run.events)
 
     async def compensate_and_report() -> SagaReport:
-        if plan.interrupted is not None:
-            index = plan.steps.index(plan.interrupted)
+        for name in plan.in_flight:  # so the history says how each step cut off by the crash ended
+            step = run.steps[plan.steps.index(name)]
             await recorder.record(
                 StepFailed(
                     *recorder.header(),
-                    index=index,
-                    step=plan.interrupted,
+                    index=step.index,
+                    step=name,
                     duration=0.0,
                     kind=FailureKind.INTERRUPTED,
                     error=CRASH,
+                    group=None if step.group is None else step.group.start,
                 )
             )
-        owed = [OwedCompensation(spec, ctx) for spec, (_, ctx) in zip(specs, plan.owed, strict=True)]
+        owed = _grouped(
+            [OwedCompensation(spec, ctx) for spec, (_, ctx) in zip(specs, plan.owed, strict=True)]
+        )
         await roll_back(recorder, owed, default_retry=default_retry, budget=budget)
         return await conclude_rollback(recorder, plan.saga, started, plan.kind, plan.cause)
 

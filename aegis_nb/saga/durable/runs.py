@@ -37,6 +37,12 @@ def encode_steps(specs: tuple[StepSpec, ...], locators: tuple[StepLocator, ...])
     return dumps({"v": SCHEMA_VERSION, "steps": steps})
 
 
+def steps_text(records: Sequence[str]) -> str:
+    """The step column from each record's JSON text (`StepRecord.to_json`, `dumps`), as `encode_steps`
+    writes it: a dynamic saga keeps its records' texts and joins them again as steps are added."""
+    return f'{{"v":{SCHEMA_VERSION},"steps":[{",".join(records)}]}}'
+
+
 def decode_run(path: Path, stored: StoredRun) -> JournaledRun:
     """Decode a stored run, checking each record; errors name the file, the run and the record."""
     steps = _decode_steps(path, stored.run_id, stored.steps)

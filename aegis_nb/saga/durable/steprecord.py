@@ -7,7 +7,8 @@ Temporal saga plan (for the workflow and its activities).
 Schema 1 grew by keys its first readers ignore, so 0.1.0 still reads what this writes. This reads
 what 0.1.0 wrote: its journals left a step's index to its place in the list and kept none of its
 options (read as None: recovery takes them from the rebuilt step), and its Temporal plans named
-the locator ``"step"``.
+the locator ``"step"``. A member of a parallel group keeps its `StepGroup` under ``"group"``,
+written only when set, so a step outside any group is written byte for byte as before.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from aegis_nb.saga.definition import StepSpec
 from aegis_nb.saga.durable.codec import RecordError
 from aegis_nb.saga.durable.locator import StepLocator
+from aegis_nb.saga.parallel import CompensationOrder, StepGroup
 from aegis_nb.saga.retry import RetryPolicy
 
 
@@ -36,15 +38,26 @@ class StepRecord:
     timeout: float | None
     retry: RetryPolicy | None
     in_doubt: bool
+    group: StepGroup | None = None
 
     @classmethod
     def of(cls, spec: StepSpec, locator: StepLocator) -> StepRecord:
         """The record of `spec`, whose step `locator` finds again (its arguments already checked as JSON)."""
         kwargs = MappingProxyType(dict(spec.kwargs))
-        return cls(spec.index, spec.name, locator, spec.args, kwargs, spec.timeout, spec.retry, spec.in_doubt)
+        return cls(
+            spec.index,
+            spec.name,
+            locator,
+            spec.args,
+            kwargs,
+            spec.timeout,
+            spec.retry,
+            spec.in_doubt,
+            spec.group,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "index": self.index,
             "name": self.name,
             "locator": self.locator.to_json(),
@@ -54,6 +67,14 @@ class StepRecord:
             "retry": None if self.retry is None else retry_to_json(self.retry),
             "in_doubt": self.in_doubt,
         }
+        if self.group is not None:
+            group = self.group
+            data["group"] = {
+                "start": group.start,
+                "size": group.size,
+                "compensation": group.compensation.value,
+            }
+        return data
 
     @classmethod
     def from_json(cls, data: object, position: int) -> StepRecord:
@@ -82,7 +103,27 @@ class StepRecord:
             timeout=_timeout(data.get("timeout"), position),
             retry=None if retry is None else retry_from_json(retry),
             in_doubt=in_doubt,
+            group=_group(data.get("group"), position),
         )
+
+
+def _group(value: object, position: int) -> StepGroup | None:
+    """The group `to_json` wrote for step `position` (None when absent), checked (`RecordError`)."""
+    if value is None:
+        return None
+    bad = RecordError(f"step {position} has a malformed parallel group: {value!r}")
+    if not isinstance(value, dict):
+        raise bad
+    start, size, order = value.get("start"), value.get("size"), value.get("compensation")
+    if not (
+        type(start) is int
+        and type(size) is int
+        and 0 <= start <= position < start + size
+        and isinstance(order, str)
+        and order in {o.value for o in CompensationOrder}
+    ):
+        raise bad
+    return StepGroup(start, size, CompensationOrder(order))
 
 
 def _timeout(value: object, position: int) -> float | None:

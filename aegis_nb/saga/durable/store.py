@@ -105,13 +105,21 @@ class EventRow:
 
 
 @dataclass(frozen=True, slots=True)
+class StepsRow:
+    """A run's step records, rewritten whole: a dynamic saga adds steps as it runs."""
+
+    run_id: str
+    steps: str
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryMark:
     """Count one more recovery of the run (shown by ``aegis-nb runs``)."""
 
     run_id: str
 
 
-Row = NewRun | EventRow | RecoveryMark
+Row = NewRun | StepsRow | EventRow | RecoveryMark
 
 
 # -- what reading gives back ------------------------------------------------------------------------
@@ -447,6 +455,9 @@ def _insert(db: sqlite3.Connection, rows: Sequence[Row], now: float) -> None:
             f" VALUES (?, ?, ?, ?, {now!r}, {now!r})",
             runs,
         )
+    steps = [(r.steps, r.run_id) for r in rows if isinstance(r, StepsRow)]
+    if steps:  # before the events: a step's records reach the file before, or with, its first event
+        db.executemany("UPDATE runs SET steps = ? WHERE run_id = ?", steps)
     if marks:
         db.executemany("UPDATE runs SET recoveries = recoveries + 1 WHERE run_id = ?", marks)
     db.executemany(
