@@ -89,7 +89,11 @@ def progress_message(event: SagaEvent, total_steps: int) -> str:
 
 def _words(event: SagaEvent, total_steps: int) -> str:
     if isinstance(event, StepEvent):
-        where = f"step {event.index + 1} of {total_steps}"
+        # A dynamic saga has no plan (`total_steps` 0): its steps are counted as they come. A
+        # group's members interleave, each event naming its own step; the mark says why.
+        where = f"step {event.index + 1}" + (f" of {total_steps}" if total_steps else "")
+        if event.group is not None:
+            where += " (in parallel)"
         match event:
             case StepStarted():
                 return f"{where}: {phrases.EXECUTING} {event.step}"
@@ -109,7 +113,8 @@ def _words(event: SagaEvent, total_steps: int) -> str:
                 return f"{phrases.COMPENSATING} {event.step} {phrases.FAILED}: {event.error} ({then})"
     match event:
         case SagaStarted():
-            return f"{event.saga} {phrases.STARTED}: {' -> '.join(event.steps)}"
+            plan = f": {' -> '.join(event.steps)}" if event.steps else ""  # none known ahead: dynamic
+            return f"{event.saga} {phrases.STARTED}{plan}"
         case SagaCommitted():
             return f"{event.saga} {phrases.COMMITTED}"
         case SagaRolledBackEvent():
