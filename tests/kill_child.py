@@ -8,8 +8,12 @@ instead of the second the MCP SDK takes to import, so the test can kill a hundre
 A worker is one life of a travel-booking service: it opens the journal and the agency's SQLite
 ledger, recovers what the previous life left unfinished, starts `sagas` trips at once (the seeded
 fault plan makes some fail at a random step and some time out after booking), and then idles until
-it is killed (or the test's end of stdin closes). Every line it writes (``pid``, ``ev``, ``undo``,
-``idle``) is one atomic pipe write, so the parent always knows how far it got.
+it is killed (or the test's end of stdin closes). Each trip takes one of the `SHAPES` at random, named
+in its saga's name: the list, the list with the flight and the hotel booked together (a parallel
+group), and the same two as dynamic sagas whose code adds each step as it goes. Whatever the
+shape, the flight is step 0, the hotel 1 and the charge 2, so the ledger's keys name their run.
+Every line it writes (``pid``, ``ev``, ``undo``, ``idle``) is one atomic pipe write, so the parent
+always knows how far it got.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ from typing import Any
 import anyio
 from mcp.types import CallToolResult
 
-from aegis_nb import RetryPolicy, SagaFailed, WorkflowEngine
+from aegis_nb import RetryPolicy, SagaFailed, WorkflowEngine, parallel
 from aegis_nb.mock import FaultPlan, Ledger, ToolFaults, TravelAgency
-from aegis_nb.mock.travel import travel_saga, travel_steps, trip_context
+from aegis_nb.mock.travel import travel_steps, trip_context
 from aegis_nb.saga.durable import SqliteJournal
 from aegis_nb.saga.events import SagaEvent
 
@@ -35,6 +39,8 @@ DESTINATIONS = ("Lisbon", "Porto", "Madrid", "Rome")
 UNDO_TOOLS = ("cancel_flight", "cancel_hotel", "refund_card")
 SAGA_DEADLINE = 0.25
 """Seconds each trip may take: a hung booking times out after this (then it is undone in doubt)."""
+SHAPES = ("list", "group", "dynamic", "dynamic_group")
+"""How a trip's saga is shaped; its saga is named ``book_trip_<shape>``."""
 
 
 def say(line: str) -> None:
@@ -100,10 +106,25 @@ async def live(journal_path: str, ledger_path: str, life: int, seed: int, sagas:
 
         async def trip(number: int) -> None:
             # Fresh step objects per trip; recovery finds the registered ones by their names.
-            saga = travel_saga(AgencyCaller(agency), rng.choice(DESTINATIONS), rng.randint(1, 5))
+            flight, hotel, card = travel_steps(AgencyCaller(agency))
+            city, nights = rng.choice(DESTINATIONS), rng.randint(1, 5)
+            fly, stay = (flight, (), {"destination": city}), (hotel, (), {"city": city, "nights": nights})
             ctx = trip_context("4242424242424242", traveller=f"t{life}-{number}").with_timeout(SAGA_DEADLINE)
+            shape = rng.choice(SHAPES)
+            name = f"book_trip_{shape}"
             with contextlib.suppress(SagaFailed):  # a rolled-back trip is an outcome, not an error
-                await engine.execute_saga(saga, ctx, name="book_trip")
+                if shape == "list":
+                    await engine.execute_saga([fly, stay, card], ctx, name=name)
+                elif shape == "group":
+                    await engine.execute_saga([parallel(fly, stay), card], ctx, name=name)
+                else:
+                    async with engine.saga(ctx, name=name) as saga:
+                        if shape == "dynamic":
+                            await saga.step(flight, destination=city)
+                            await saga.step(hotel, city=city, nights=nights)
+                        else:
+                            await saga.parallel(fly, stay)
+                        await saga.step(card)
 
         async with anyio.create_task_group() as group:
             for number in range(sagas):

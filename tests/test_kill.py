@@ -3,8 +3,9 @@
 A zygote process (`tests/kill_child.py`) forks one worker per life. Each worker recovers what the
 last one left unfinished, then books a few trips at once against the mock travel agency, whose
 ledger is a SQLite file of its own; a seeded fault plan makes some trips fail at a random step and
-some time out after the agency acted. The parent follows the worker's progress line by line on a
-pipe, picks a random event to kill it after (plus a random delay of up to 2 ms), and sends SIGKILL.
+some time out after the agency acted; trips are lists, lists with a parallel group, and dynamic
+sagas with and without one. The parent follows the worker's progress line by line on a pipe, picks
+a random event to kill it after (plus a random delay of up to 2 ms), and sends SIGKILL.
 
 At the end, after a last life that only recovers: every run in the journal is committed, rolled back
 or stuck; the ledger holds exactly the bookings and charges of committed runs; and no cancellation or
@@ -46,6 +47,7 @@ from aegis_nb.mock import Ledger
 from aegis_nb.saga.durable import read_run, read_runs
 from aegis_nb.saga.events import CompensationFailed, CompensationStarted, CompensationSucceeded
 from tests.journal_faults import describe
+from tests.kill_child import SHAPES
 from tests.kill_faults_child import KillRun
 from tests.servers.launch import Lines, free_port
 
@@ -205,6 +207,14 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     repeated = sum(1 for n in tally.undo_calls.values() if n > 1)
     recovered = sum(1 for run in runs if run.recoveries)
     print(f"recovered runs: {recovered}; undo calls {sum(tally.undo_calls.values())}, repeated {repeated}")
+    shapes = Counter((run.saga, run.status, bool(run.recoveries)) for run in runs)
+    print(
+        "by shape: "
+        + ", ".join(
+            f"{saga} {status.value}{' recovered' * r} {n}"
+            for (saga, status, r), n in sorted(shapes.items(), key=str)
+        )
+    )
 
     # Every run finished, one way or the other.
     assert set(statuses) <= {SagaStatus.COMMITTED, SagaStatus.ROLLED_BACK, SagaStatus.STUCK}
@@ -214,6 +224,12 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     assert kinds[FailureKind.TIMEOUT] > 0
     assert kinds[FailureKind.ERROR] > 0
     assert recovered > 0
+    # Every shape ran, and runs of each kind of shape were recovered: lists with a parallel group
+    # and dynamic sagas (whose steps recovery rebuilds from what they journaled as they were added).
+    assert {run.saga for run in runs} == {f"book_trip_{shape}" for shape in SHAPES}
+    recovered_shapes = {run.saga for run in runs if run.recoveries}
+    assert recovered_shapes & {"book_trip_group", "book_trip_dynamic_group"}
+    assert recovered_shapes & {"book_trip_dynamic", "book_trip_dynamic_group"}
 
     # The ledger holds exactly what committed runs booked and paid.
     from aegis_nb.mock import Ledger
