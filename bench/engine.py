@@ -10,10 +10,16 @@ For scale, one more row does only the work the issue asks of each step, built as
 it and nothing else: a context stamped with the step's idempotency key, two frozen events handed to
 the capture sink, and for each compensation a context with its own budget and two more events. No
 checking of the saga, no deadline, no journal, no error handling: what the engine costs above this
-row is its own bookkeeping. The last row passes the saga as the documentation page's workflow
-builds it per request, ``(step, (), {})`` tuples (issue 17: no dearer than bare steps).
+row is its own bookkeeping. Another row passes the saga as the documentation page's workflow
+builds it per request, ``(step, (), {})`` tuples (issue 17: no dearer than bare steps), and the
+last runs the same steps as a dynamic saga, ``await saga.step(step)`` one by one in
+``async with engine.saga(ctx)`` (issue 18: within 1.1x of the list form per step).
 
-    python bench/engine.py [--steps 1000] [--repeat 30]
+Then a parallel group (issue 18): 100 members whose tools each take 10 ms (an ``anyio.sleep``),
+against one such member alone and the 100 run one after another. Target: the group within 2x of
+one member's time; one after another takes 100x.
+
+    python bench/engine.py [--steps 1000] [--repeat 30] [--members 100] [--group-repeat 5]
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ import argparse
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+
+import anyio
 
 from aegis_nb import (
     AegisContext,
@@ -34,6 +42,7 @@ from aegis_nb import (
     StepStarted,
     StepSucceeded,
     WorkflowEngine,
+    parallel,
 )
 from aegis_nb.saga.sinks import direct_call
 from aegis_nb.testing import EventCapture
@@ -148,6 +157,56 @@ def ours(deadline: bool, page_form: bool = False) -> Callable[[list[TrivialStep]
     return run
 
 
+def dynamic() -> Callable[[list[TrivialStep]], Awaitable[None]]:
+    """Our engine, the same steps added one by one to a dynamic saga as it runs."""
+    engine = WorkflowEngine(compensation_retry=RetryPolicy.never())
+
+    async def run(steps: list[TrivialStep]) -> None:
+        capture = EventCapture()
+        with contextlib.suppress(SagaFailed):
+            async with engine.saga(AegisContext(), name="bench", sinks=[capture]) as saga:
+                for step in steps:
+                    await saga.step(step)
+
+    return run
+
+
+TOOL_SECONDS = 0.01
+"""How long each member's tool takes in the group rows."""
+
+
+class ToolStep:
+    """Calls a tool that takes `TOOL_SECONDS`; undoing it is free."""
+
+    async def execute(self, ctx: AegisContext) -> None:
+        await anyio.sleep(TOOL_SECONDS)
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+def measure_group(members: int, repeat: int) -> dict[str, float]:
+    """Best ms of one member alone, `members` as one parallel group, and the same one after another."""
+    engine = WorkflowEngine(compensation_retry=RetryPolicy.never())
+    sagas: dict[str, Sequence[object]] = {
+        "one member alone": [ToolStep()],
+        f"{members} members, one parallel group": [parallel(*(ToolStep() for _ in range(members)))],
+        f"{members} members, one after another": [ToolStep() for _ in range(members)],
+    }
+
+    async def main() -> dict[str, float]:
+        best = dict.fromkeys(sagas, float("inf"))
+        for round_number in range(repeat + 1):
+            for label, saga in sagas.items():
+                start = time.perf_counter()
+                await engine.execute_saga(list(saga), AegisContext(), name="bench", sinks=[EventCapture()])
+                if round_number:
+                    best[label] = min(best[label], time.perf_counter() - start)
+        return best
+
+    return {label: seconds * 1e3 for label, seconds in asyncio.run(main()).items()}
+
+
 def measure(
     contenders: list[tuple[str, Callable[[list[TrivialStep]], Awaitable[None]]]],
     steps: list[TrivialStep],
@@ -181,6 +240,8 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--members", type=int, default=100)
+    parser.add_argument("--group-repeat", type=int, default=5)
     args = parser.parse_args()
 
     contenders: list[tuple[str, Callable[[list[TrivialStep]], Awaitable[None]]]] = [
@@ -193,6 +254,7 @@ def main() -> None:
         ("aegis_nb, events captured", ours(deadline=False)),
         ("aegis_nb, events + deadline", ours(deadline=True)),
         ("aegis_nb, the page's (step, (), {})", ours(deadline=False, page_form=True)),
+        ("aegis_nb, dynamic saga.step each", dynamic()),
     ]
     print(f"{args.steps}-step sagas, best of {args.repeat} interleaved runs, µs per step")
     print(f"{'engine':<36}{'all succeed':>14}{'last fails':>14}{'x bare':>10}{'x latch':>10}")
@@ -208,6 +270,18 @@ def main() -> None:
     if peer is None:
         print("latch-idempotent is not installed: pip install -e '.[bench]' for the peer column")
     print("(x bare, x latch: the worse of the two scenarios; targets: x latch <= 1, x bare <= 10)")
+    listed, added = rows["aegis_nb, events captured"], rows["aegis_nb, dynamic saga.step each"]
+    x_list = max(added[0] / listed[0], added[1] / listed[1])
+    print(f"dynamic saga / the list form, per step: {x_list:.2f}x (the worse scenario; target <= 1.1)")
+
+    print()
+    group = measure_group(args.members, args.group_repeat)
+    one = group["one member alone"]
+    print(f"tools of {TOOL_SECONDS * 1e3:.0f} ms each, best of {args.group_repeat} runs")
+    print(f"{'saga':<40}{'ms':>10}{'x one':>10}")
+    for label, ms in group.items():
+        print(f"{label:<40}{ms:>10.1f}{ms / one:>10.2f}")
+    print(f"(targets: the group <= 2x one member; one after another is {args.members}x)")
 
 
 if __name__ == "__main__":
