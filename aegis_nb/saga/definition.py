@@ -99,11 +99,11 @@ def normalize_saga(entries: object) -> tuple[StepSpec, ...]:
     # Validation runs on every run, so each class is checked once per saga (sagas often repeat a
     # class many times), and the common saga, bare steps of classes with async methods and no
     # tuning attributes, is built in a few passes that run at C speed rather than entry by entry.
+    types = set(map(type, entries))
+    if ParallelGroup in types:  # first: a list that opens with a tuple may hold groups too
+        return _normalize_grouped(entries)
     if isinstance(entries[0], tuple):  # (step, args, kwargs) entries: checked one by one
         return _normalize_entries(entries, {})
-    types = set(map(type, entries))
-    if ParallelGroup in types:
-        return _normalize_grouped(entries)
     if any(issubclass(cls, tuple) for cls in types):
         return _normalize_entries(entries, {})
     classes = {cls: _classify(cls) for cls in types}
