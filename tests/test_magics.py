@@ -366,7 +366,8 @@ def test_bad_saga_options_raise_a_usage_error_with_the_fix(
 def test_a_bad_line_in_the_cell_form_names_the_line(shell: InteractiveShell) -> None:
     ok(shell, BOOK_FLIGHT)
     assert usage_error(shell, "%%aegis_saga\nBookFlight(\n") == (
-        "line 1 of the saga ('BookFlight('): '(' was never closed; write STEP or STEP(arg, key=value)"
+        "line 1 of the saga ('BookFlight('): '(' was never closed; write STEP or STEP(arg, key=value), "
+        "or STEP & STEP for steps that run together"
     )
     assert usage_error(shell, "%%aegis_saga\nBookFlight(undefined_city)\n") == (
         "line 1 of the saga ('BookFlight(undefined_city)'): evaluating the arguments raised NameError: "

@@ -252,6 +252,12 @@ def line_steps(words: Iterable[str], magic: str) -> tuple[str, ...]:
                 f"%%{magic} (with the options) on the first line, then one step per line, "
                 f'e.g. {name or "BookFlight"}("Lisbon")'
             )
+        if "&" in word:
+            raise UsageError(
+                f"%{magic}: steps that run together (A & B) are written in the cell form: "
+                f"%%{magic} (with the options) on the first line, then one line per step or group, "
+                "e.g. BookFlight & ReserveHotel"
+            )
         steps.append(identifier(word, "a step name"))
     return tuple(steps)
 

@@ -12,6 +12,10 @@ acted, the answer never came): only a step that opted in to being compensated in
 
 Scenarios, faults and columns are per position, named by the engine's labels: with a step used twice
 (``Fly#1``, ``Fly#2``), "the second flight fails after the first was booked" is a scenario of its own.
+A parallel group's members are positions too, so each member fails and times out in turn while its
+siblings run; a sibling the engine cancelled because of it is marked so. Members act at the same
+time, so a booking is credited to the step whose idempotency key it carries (``run_id/position``);
+one made without a key goes to every step that was running when it appeared.
 """
 
 from __future__ import annotations
@@ -22,15 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.report import SagaStatus
+from aegis_nb.kernel.report import FailureKind, SagaStatus
 from aegis_nb.mock.agency import TravelAgency
 from aegis_nb.mock.ledger import LedgerState
 from aegis_nb.notebook.injection import Fault, Hang
 from aegis_nb.notebook.mocktools import MockTools
 from aegis_nb.notebook.options import DEFAULT_REHEARSAL_TIMEOUT, MockKind
-from aegis_nb.notebook.plan import PlannedStep, SagaPlan
+from aegis_nb.notebook.plan import PlanEntry, PlannedStep, SagaPlan
 from aegis_nb.notebook.runner import RunSettings, SagaRunner
-from aegis_nb.saga.definition import SagaEntry, normalize_saga
+from aegis_nb.saga.definition import normalize_saga
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -82,6 +86,8 @@ class Mark(enum.Enum):
     DONE = "done"
     FAILED = "failed"
     TIMED_OUT = "timed out"
+    CANCELLED = "cancelled"
+    """Stopped by the engine because a sibling in its parallel group failed."""
     UNDONE = "undone"
     UNDONE_BUT_LIVE = "undone, but still live"
     LEFT_LIVE = "left live"
@@ -185,6 +191,8 @@ class Rehearsal:
     results: tuple[ScenarioResult, ...]
     with_ledger: bool
     timeout: float
+    groups: tuple[tuple[str, ...], ...] = ()
+    """The labels of each parallel group's members, whose steps run together."""
 
     @property
     def safe(self) -> bool:
@@ -236,11 +244,12 @@ async def rehearse(
         )
         outcome = await runner.run(plan, run_settings, sinks=(watch,), agency=agency)
         results.append(watch.result(scenario, outcome.run))
-    return Rehearsal(settings.name, names, tuple(results), tools is not None, hang_timeout)
+    groups = tuple(tuple(names[index] for index in group) for group in plan.groups)
+    return Rehearsal(settings.name, names, tuple(results), tools is not None, hang_timeout, groups)
 
 
 async def rehearse_saga(
-    saga: Sequence[SagaEntry],
+    saga: Sequence[PlanEntry],
     *,
     tools: MockTools | None = None,
     context: AegisContext | None = None,
@@ -254,7 +263,9 @@ async def rehearse_saga(
     fault plan and the ledger is judged; without, only the compensations are.
     """
     specs = normalize_saga(saga)
-    plan = SagaPlan(tuple(PlannedStep(spec.name, spec.step, spec.args, spec.kwargs) for spec in specs))
+    plan = SagaPlan(
+        tuple(PlannedStep(spec.name, spec.step, spec.args, spec.kwargs, spec.group) for spec in specs)
+    )
     runner = SagaRunner(engine or WorkflowEngine(), {}, lambda: _given(tools))
     settings = RunSettings(
         mock=None if tools is None else MockKind.TRAVEL, name=name, context=context or AegisContext()
@@ -268,25 +279,46 @@ def _given(tools: MockTools | None) -> MockTools:
 
 
 def live_ids(state: LedgerState) -> tuple[str, ...]:
-    return (
-        *(booking.id for booking in state.flights),
-        *(booking.id for booking in state.hotels),
-        *(charge.id for charge in state.charges),
-    )
+    return tuple(_live_keys(state))
+
+
+def _live_keys(state: LedgerState) -> dict[str, str | None]:
+    """Every live booking and charge id, with the idempotency key it was made under (None: none)."""
+    keys = {booking.id: booking.idempotency_key for booking in (*state.flights, *state.hotels)}
+    keys.update((charge.id, charge.idempotency_key) for charge in state.charges)
+    return keys
 
 
 class _Watch:
-    """A sink that notes which ledger ids each step created, and how each step ended."""
+    """A sink that notes which ledger ids each step created, and how each step ended.
+
+    The ledger is read at each step's start and end: an id that appeared since the last reading is
+    the step's whose idempotency key it carries, else the step's that was running alone meanwhile.
+    One made without a key while several members ran is nobody's, and is reported as left live.
+    """
 
     def __init__(self, agency: TravelAgency | None, count: int) -> None:
         self._agency = agency
-        self._before: dict[int, frozenset[str]] = {}
+        self._seen: set[str] = set()
+        self._running: set[int] = set()
         self.made: list[frozenset[str]] = [frozenset()] * count
         self.forward: dict[int, Mark] = {}
         self.undo: dict[int, tuple[Mark, int]] = {}
 
-    def _live(self) -> frozenset[str]:
-        return frozenset() if self._agency is None else frozenset(live_ids(self._agency.state()))
+    def _observe(self, run_id: str) -> None:
+        """Credit the ids that appeared since the last reading (see the class docstring)."""
+        if self._agency is None:
+            return
+        prefix = f"{run_id}/"
+        for ident, key in _live_keys(self._agency.state()).items():
+            if ident in self._seen:
+                continue
+            self._seen.add(ident)
+            owner = _position(key, prefix, len(self.made))
+            if owner is None and len(self._running) == 1:
+                (owner,) = self._running
+            if owner is not None:
+                self.made[owner] = self.made[owner] | {ident}
 
     def __call__(self, event: SagaEvent) -> None:
         if not isinstance(event, StepEvent):
@@ -294,14 +326,19 @@ class _Watch:
         index = event.index
         match event:
             case StepStarted():
-                self._before[index] = self._live()
+                self._observe(event.run_id)
+                self._running.add(index)
             case StepSucceeded() | StepFailed() | StepTimedOut():
-                self.made[index] = self._live() - self._before.get(index, frozenset())
-                self.forward[index] = {
-                    StepSucceeded: Mark.DONE,
-                    StepFailed: Mark.FAILED,
-                    StepTimedOut: Mark.TIMED_OUT,
-                }[type(event)]
+                self._observe(event.run_id)
+                self._running.discard(index)
+                if isinstance(event, StepFailed) and event.kind is FailureKind.CANCELLED:
+                    self.forward[index] = Mark.CANCELLED
+                else:
+                    self.forward[index] = {
+                        StepSucceeded: Mark.DONE,
+                        StepFailed: Mark.FAILED,
+                        StepTimedOut: Mark.TIMED_OUT,
+                    }[type(event)]
             case CompensationSucceeded():
                 self.undo[index] = (Mark.UNDONE, event.attempt)
             case CompensationFailed() if not event.will_retry:
@@ -333,3 +370,13 @@ class _Watch:
             ledger=ledger,
             run=run,
         )
+
+
+def _position(key: str | None, prefix: str, count: int) -> int | None:
+    """The saga position an idempotency key of this run (``run_id/position``) names, if it names one."""
+    if key is None or not key.startswith(prefix):
+        return None
+    rest = key[len(prefix) :]
+    if not rest.isdigit() or int(rest) >= count:
+        return None
+    return int(rest)

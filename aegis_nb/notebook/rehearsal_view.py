@@ -5,7 +5,8 @@ column per step, every cell wrapping, so the table fits a laptop's notebook colu
 and what matters is never the part cut off; the text keeps the run order, steps first. Green cells
 are fine, grey cells did not run, red cells need a person: a booking left live, a compensation that
 returned without undoing anything, a compensation that gave up. Above the table, one verdict line;
-below it, each problem in a sentence with the likely fix.
+below it, each problem in a sentence with the likely fix. A saga with parallel groups names them
+under the verdict (``run together: BookFlight & ReserveHotel``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _SYMBOL = {
     Mark.DONE: "✓",
     Mark.FAILED: "✗",
     Mark.TIMED_OUT: "◷",
+    Mark.CANCELLED: "⊘",
     Mark.UNDONE: "↶",
     Mark.UNDONE_BUT_LIVE: "↶!",
     Mark.LEFT_LIVE: "!!",
@@ -47,12 +49,17 @@ def verdict(rehearsal: Rehearsal) -> str:
     return f"✗ unsafe: {bad} of {total} scenarios leave the world in a state nobody wanted"
 
 
+def together(rehearsal: Rehearsal) -> list[str]:
+    """One line per parallel group: which steps run together."""
+    return [f"run together: {' & '.join(group)}" for group in rehearsal.groups]
+
+
 def _mark_colour(mark: Mark) -> str:
     if mark.bad:
         return RED
     if mark is Mark.NOT_RUN:
         return GREY
-    if mark in (Mark.FAILED, Mark.TIMED_OUT):
+    if mark in (Mark.FAILED, Mark.TIMED_OUT, Mark.CANCELLED):
         return AMBER
     return GREEN
 
@@ -83,7 +90,7 @@ def render_text(rehearsal: Rehearsal) -> str:
             row.append(_ledger_text(result))
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [f"rehearsal of {rehearsal.saga}: {verdict(rehearsal)}", ""]
+    lines = [f"rehearsal of {rehearsal.saga}: {verdict(rehearsal)}", *together(rehearsal), ""]
     for n, row in enumerate(rows):
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
         if n == 0:
@@ -134,6 +141,10 @@ def render_html(rehearsal: Rehearsal) -> str:
         '<div class="aegis-rehearsal" style="font-size:13px">',
         f'<div style="font-weight:700;color:{colour};margin-bottom:6px">rehearsal of '
         f"{escape(rehearsal.saga)}: {escape(verdict(rehearsal))}</div>",
+        *(
+            f'<div style="color:{GREY};margin-bottom:6px">{escape(line)}</div>'
+            for line in together(rehearsal)
+        ),
         '<table style="border-collapse:collapse;max-width:100%">',
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>",
     ]
@@ -143,9 +154,11 @@ def render_html(rehearsal: Rehearsal) -> str:
         parts.append(
             f'<div style="color:{RED};margin-top:6px">to fix:<ul style="margin:2px 0">{items}</ul></div>'
         )
+    cancelled = ", ⊘ cancelled (a step of its group failed)" if rehearsal.groups else ""
     parts.append(
         f'<div style="color:{GREY};font-size:11.5px;margin-top:4px">✓ done, ↶ undone, ✗ failed, '
-        f"◷ timed out (hung {rehearsal.timeout:g} s after acting), · not run; red: needs a person</div>"
+        f"◷ timed out (hung {rehearsal.timeout:g} s after acting){cancelled}, · not run; "
+        "red: needs a person</div>"
     )
     parts.append("</div>")
     return replace_surrogates("".join(parts))
