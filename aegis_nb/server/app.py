@@ -19,17 +19,19 @@ import io
 import math
 import os
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from mcp.server.mcpserver.utilities.logging import configure_logging
-from mcp.types import CallToolResult, Icon, ToolAnnotations
+from mcp.types import CallToolResult, Icon, InputRequiredResult, ToolAnnotations
+from pydantic_core import to_jsonable_python
 
 from aegis_nb.kernel.clock import Clock, loop_clock
 from aegis_nb.kernel.context import AegisContext
@@ -41,6 +43,7 @@ from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_life
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.journal import Journal
+from aegis_nb.server.compensable import CompensableCall, Compensation, undo_of
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline, too_late
 from aegis_nb.server.http_security import (
     DEFAULT_MAX_SESSIONS,
@@ -50,6 +53,7 @@ from aegis_nb.server.http_security import (
     serve_http,
 )
 from aegis_nb.server.progress import RequestObserver, progress_sender
+from aegis_nb.server.refusals import refused_on_arrival
 from aegis_nb.server.results import (
     committed_result,
     error_result,
@@ -58,8 +62,12 @@ from aegis_nb.server.results import (
     workflow_output_schema,
 )
 from aegis_nb.server.routing import Observing, in_a_clean_slate
+from aegis_nb.server.saga_calls import compensable_runner, secret_names
+from aegis_nb.server.saga_handles import DEFAULT_SAGA_TIMEOUT, DEFAULT_TTL, SagaHandles
+from aegis_nb.server.saga_tools import SAGA_TOOLS, saga_lifespan, saga_tools
 from aegis_nb.server.sdklogging import root_logger_kept
 from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
+from aegis_nb.server.validation import ArgumentChecker
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,18 +108,25 @@ class AegisMCP(MCPServer[Any]):
         workflow_timeout: float | None = DEFAULT_WORKFLOW_TIMEOUT,
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         journal: str | os.PathLike[str] | Journal | None = None,
+        saga_ttl: float = DEFAULT_TTL,
+        saga_timeout: float | None = DEFAULT_SAGA_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         """`engine` runs the workflows (a fresh `WorkflowEngine` by default); timeouts are seconds or None.
 
         `journal` (a SQLite file path, or a `Journal`) makes the workflows durable: on start-up, before
-        serving, the server rolls back every run a crash left unfinished. Other keyword arguments go to
+        serving, the server rolls back every run a crash left unfinished. Agent sagas over compensable
+        tools (``@app.tool(compensate=...)``) are rolled back idle past `saga_ttl` seconds, or past
+        `saga_timeout`. Other keyword arguments go to
         `MCPServer` unchanged.
         """
         own_lifespan: Lifespan | None = kwargs.get("lifespan")
         if journal is not None:
             engine = durable_engine(engine, journal)
             kwargs["lifespan"] = durable_lifespan(engine, own_lifespan)
+        # Outermost: agent sagas are served after recovery, and rolled back before the app's own
+        # sessions close (their undos may need them).
+        kwargs["lifespan"] = saga_lifespan(kwargs.get("lifespan"), AegisMCP._serving_sagas)
         with root_logger_kept():  # set up when serving instead: see aegis_nb.server.sdklogging
             super().__init__(name, **kwargs)
         self._own_lifespan = own_lifespan
@@ -120,6 +135,10 @@ class AegisMCP(MCPServer[Any]):
         self.tool_timeout = check_timeout(tool_timeout, "tool_timeout")
         self._executor = ToolExecutor()
         self._workflows: dict[str, Workflow] = {}
+        self.saga_ttl, self.saga_timeout = saga_ttl, saga_timeout
+        self._compensable: dict[str, CompensableCall] = {}
+        self._checkers: dict[str, ArgumentChecker] = {}
+        self._saga_handles: SagaHandles | None = None
 
     def resources(self) -> AbstractAsyncContextManager[Any]:
         """Enter the app's own lifespan (the sessions and clients it opens to serve) without serving.
@@ -230,7 +249,12 @@ class AegisMCP(MCPServer[Any]):
         app = self
 
         async def run_workflow(**kwargs: Any) -> CallToolResult:
-            sdk_context = kwargs.pop(REQUEST_PARAM) if own_context is None else kwargs[own_context]
+            sdk_context = kwargs.pop(REQUEST_PARAM) if own_context is None else kwargs.pop(own_context)
+            refusal = app._refused_arguments(spec.name, kwargs)
+            if own_context is not None:
+                kwargs[own_context] = sdk_context
+            if refusal is not None:
+                return refusal
             request = request_context(sdk_context)
             clock = loop_clock()  # resolved once: the deadline and both ends of the timing read it
             started = clock()
@@ -297,17 +321,30 @@ class AegisMCP(MCPServer[Any]):
         icons: list[Icon] | None = None,
         meta: dict[str, Any] | None = None,
         structured_output: bool | None = None,
+        *,
+        compensate: Compensation | None = None,
+        secret: str | Iterable[str] = (),
+        in_doubt: bool = False,
     ) -> None:
         """Register a tool; an ``async def`` runs under the tool deadline and may raise `ToolError`.
 
         Sync functions are registered as the SDK does (in a worker thread, which no deadline can stop).
         A tool may not take a workflow's name: the SDK would keep the workflow and only log a warning.
+        `compensate` makes it compensable (see aegis_nb.server.compensable): a call with a saga handle
+        is a step of that saga, and the saga tools are served. `secret` names its parameters that never
+        reach events, status or reports; `in_doubt`: a failed call is undone too (it may have acted).
         """
         tool_name = name or fn.__name__
         if tool_name in self._workflows:
             raise SagaDefinitionError(
                 f"tool {tool_name!r}: a workflow named {tool_name!r} is already registered"
             )
+        self._checkers.pop(tool_name, None)
+        if compensate is not None:
+            self._add_compensable(
+                fn, tool_name, compensate, secret, in_doubt, title, description, annotations, icons, meta
+            )
+            return
         if getattr(fn, "_aegis_wrapped", False) or not inspect.iscoroutinefunction(fn):
             if not inspect.iscoroutinefunction(fn) and (inspect.isfunction(fn) or inspect.ismethod(fn)):
                 fn = in_a_clean_slate(fn, tool_name)  # a sync tool (ours are wrapped already)
@@ -329,6 +366,156 @@ class AegisMCP(MCPServer[Any]):
         """Remove a tool, or a workflow (which then leaves `workflows`, and its name is free again)."""
         super().remove_tool(name)
         self._workflows.pop(name, None)
+        self._compensable.pop(name, None)
+        self._checkers.pop(name, None)
+
+    def tool(
+        self,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: list[Icon] | None = None,
+        meta: dict[str, Any] | None = None,
+        structured_output: bool | None = None,
+        *,
+        compensate: Compensation | None = None,
+        secret: str | Iterable[str] = (),
+        in_doubt: bool = False,
+    ) -> Callable[[F], F]:
+        """``@app.tool(...)`` as the SDK's, plus `compensate`, `secret` and `in_doubt` (see `add_tool`)."""
+        if callable(name):
+            raise TypeError("use @app.tool() or @app.tool('name'), not a bare @app.tool")
+
+        def decorator(fn: F) -> F:
+            self.add_tool(
+                fn,
+                name,
+                title,
+                description,
+                annotations,
+                icons,
+                meta,
+                structured_output,
+                compensate=compensate,
+                secret=secret,
+                in_doubt=in_doubt,
+            )
+            return fn
+
+        return decorator
+
+    # -- compensable tools and agent sagas ------------------------------------------------------
+
+    @property
+    def saga_handles(self) -> SagaHandles | None:
+        """The open agent sagas while the server serves (None before, after, or with no compensable tool)."""
+        return self._saga_handles
+
+    @property
+    def compensable_tools(self) -> Mapping[str, CompensableCall]:
+        """The compensable tools by name (read-only): each one's saga step."""
+        return MappingProxyType(self._compensable)
+
+    def _add_compensable(
+        self,
+        fn: Callable[..., Any],
+        tool_name: str,
+        compensate: Compensation,
+        secret: str | Iterable[str],
+        in_doubt: bool,
+        title: str | None,
+        description: str | None,
+        annotations: ToolAnnotations | None,
+        icons: list[Icon] | None,
+        meta: dict[str, Any] | None,
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn) or getattr(fn, "_aegis_wrapped", False):
+            raise SagaDefinitionError(f"compensable tool {tool_name!r} must be an `async def` function")
+        if find_context_parameter(fn) is not None:
+            raise SagaDefinitionError(
+                f"compensable tool {tool_name!r}: a saga step cannot take the SDK's Context"
+            )
+        parameters = inspect.signature(fn, eval_str=True).parameters
+        hidden = secret_names(secret, parameters, tool_name)
+        step = CompensableCall(
+            tool_name,
+            fn,
+            undo_of(compensate),
+            self.call_tool,
+            key_argument="idempotency_key" if "idempotency_key" in parameters else None,
+            timeout=self.tool_timeout,
+            in_doubt=in_doubt,
+        )
+        plain = self._tool_runner(fn, tool_name)
+        runner = compensable_runner(
+            plain,
+            step,
+            hidden,
+            lambda: self._saga_handles,
+            REQUEST_PARAM,
+            lambda arguments: self._refused_arguments(tool_name, arguments),
+        )
+        self._add_saga_tools()
+        super().add_tool(
+            runner, tool_name, title, description or inspect.getdoc(fn), annotations, icons, meta, None
+        )
+        self._compensable[tool_name] = step
+
+    def _add_saga_tools(self) -> None:
+        """Serve saga_begin, saga_status, saga_commit and saga_rollback, once."""
+        if self._tool_manager.get_tool(SAGA_TOOLS[0]) is not None:
+            return
+        for tool_name in SAGA_TOOLS:
+            if self._tool_manager.get_tool(tool_name) is not None:
+                raise SagaDefinitionError(
+                    f"compensable tools need the saga tool {tool_name!r}, and a tool of that name is "
+                    "already registered"
+                )
+        for tool_name, fn in saga_tools(lambda: self._saga_handles).items():
+            self.add_tool(fn, tool_name, structured_output=False)
+
+    @asynccontextmanager
+    async def _serving_sagas(self) -> AsyncIterator[None]:
+        """Hold the agent sagas while serving; leaving rolls back those still open."""
+        if not self._compensable:
+            yield
+            return
+        async with SagaHandles(self.workflow_engine, ttl=self.saga_ttl, timeout=self.saga_timeout) as handles:
+            self._saga_handles = handles
+            try:
+                yield
+            finally:
+                self._saga_handles = None
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        """As the SDK's, its refusals marked ``aegis-nb/refused`` (the tool did nothing): an unknown
+        tool, and arguments its validation rejects, in the SDK's words."""
+        try:
+            return await super().call_tool(name, arguments, context)
+        except SdkToolError as exc:
+            if not refused_on_arrival(exc):
+                raise
+            return error_result(str(exc), refused=True)
+
+    def _refused_arguments(self, name: str, arguments: Mapping[str, Any]) -> CallToolResult | None:
+        """A refusal if `arguments` (as pydantic validated them) break the tool's published schema.
+
+        Checked after pydantic, which coerces (``"3"`` for an int) and checks types, because a schema
+        may publish more than pydantic enforces: a parameter typed loosely so that its error never
+        repeats a card number, with a ``pattern`` (aegis_nb.server.validation).
+        """
+        checker = self._checkers.get(name)
+        if checker is None:
+            tool = self._tool_manager.get_tool(name)
+            assert tool is not None
+            checker = self._checkers[name] = ArgumentChecker(tool.parameters)
+        problems = checker.problems(to_jsonable_python(dict(arguments)))
+        if not problems:
+            return None
+        return error_result(f"{name}: refused before anything ran: {'; '.join(problems)}", refused=True)
 
     def _tool_runner(self, fn: Callable[..., Awaitable[Any]], tool_name: str) -> Callable[..., Any]:
         app = self

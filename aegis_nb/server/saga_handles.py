@@ -10,7 +10,7 @@ API (the server's saga tools and the gateway use only this)::
     async with SagaHandles(engine, ttl=600.0, timeout=3600.0, sinks=()) as handles:
         ticket = await handles.begin(name="agent", ttl=None, deadline_after=None,
                                      rollback_on_error=False, owner=None)    # -> SagaTicket
-        done = await handles.step(ticket.handle, step, *args, owner=None, **kwargs)  # -> StepDone
+        done = await handles.step(ticket.handle, step, args, kwargs, owner=None)  # -> StepDone
             # the step's own exception on failure (the saga stays open unless rollback_on_error)
         state = await handles.status(ticket.handle, owner=None)             # -> SagaState
         state = await handles.commit(ticket.handle, owner=None)             # -> SagaState (final)
@@ -36,7 +36,7 @@ import enum
 import math
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Final
@@ -345,12 +345,21 @@ class SagaHandles:
         return SagaTicket(handle, entry.run_id, ttl, _left(deadline, now))
 
     async def step(
-        self, handle: str, step: Any, *args: Any, owner: str | None = None, **kwargs: Any
+        self,
+        handle: str,
+        step: Any,
+        /,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        owner: str | None = None,
     ) -> StepDone:
-        """Run `step` as the saga's next step; its own exception if it fails (`NotOpen` if ended)."""
+        """Run `step` with `args` and `kwargs` as the saga's next step; the step's own exception if it
+        fails (`NotOpen` if the saga has ended). Arguments are passed as containers so that a tool
+        argument can never be taken for `owner`."""
         entry = await self._open_entry(handle, owner)
         reply = _Reply()
-        self._ask(entry, _Step(step, args, kwargs, reply))
+        self._ask(entry, _Step(step, tuple(args), dict(kwargs or {}), reply))
         done: StepDone = await reply.wait()
         return done
 
@@ -428,7 +437,7 @@ class SagaHandles:
             phase=entry.phase,
             steps=tuple(entry.steps[i] for i in sorted(entry.steps)),
             ttl=entry.ttl,
-            idle_left=max(entry.ttl - (now - entry.last_used), 0.0) if is_open else None,
+            idle_left=_left(entry.last_used + entry.ttl, now) if is_open else None,
             deadline_left=_left(entry.deadline, now) if is_open else None,
             reason=entry.reason,
             summary=entry.summary,
@@ -573,7 +582,8 @@ def _positive(value: float, what: str) -> float:
 
 
 def _left(deadline: float, now: float) -> float | None:
-    return None if deadline == math.inf else max(deadline - now, 0.0)
+    """Seconds to `deadline`, to the millisecond (what an agent reads), None for none."""
+    return None if deadline == math.inf else round(max(deadline - now, 0.0), 3)
 
 
 def _loop_deadline(deadline: float, now: float) -> float:
