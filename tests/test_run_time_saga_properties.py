@@ -59,6 +59,7 @@ from aegis_nb import (
 )
 from aegis_nb.saga.events import SagaEvent, StepEvent, is_final
 from aegis_nb.testing import EventCapture, InjectedFailure
+from tests.steps import CheckpointingJournal
 
 ATTEMPTS = 2
 """Compensation attempts per step; a compensation failing this many times is given up on."""
@@ -119,6 +120,7 @@ EntryPlan: TypeAlias = StepPlan | GroupPlan
 @dataclass(frozen=True)
 class Plan:
     entries: tuple[EntryPlan, ...]
+    journaled: bool = False  # on a journal whose every write awaits (a cancellation could land there)
 
     def placed(self) -> Iterator[tuple[int, EntryPlan]]:
         """Each entry with its first flat index (members have consecutive ones)."""
@@ -191,11 +193,12 @@ class UndoFailed(InjectedFailure):
 class World:
     """The ledger every step writes, the count of step coroutines running, and the caller's scope."""
 
-    def __init__(self) -> None:
+    def __init__(self, journaled: bool) -> None:
         self.ledger: list[Entry] = []
         self.live = 0
         self.caller = anyio.CancelScope()
         self.capture = EventCapture()
+        self.journal = CheckpointingJournal() if journaled else None
 
     def sink(self, event: SagaEvent) -> None:
         self.capture(event)
@@ -305,12 +308,14 @@ class Outcome:
     run_id: str = ""
 
 
-def engine() -> WorkflowEngine:
-    return WorkflowEngine(compensation_retry=RetryPolicy(attempts=ATTEMPTS, initial_delay=0))
+def engine(world: World) -> WorkflowEngine:
+    return WorkflowEngine(
+        compensation_retry=RetryPolicy(attempts=ATTEMPTS, initial_delay=0), journal=world.journal
+    )
 
 
 async def run(plan: Plan, shape: Shape) -> Outcome:
-    world = World()
+    world = World(plan.journaled)
     outcome = Outcome(world)
     orders = [entry.order if isinstance(entry, GroupPlan) else None for entry in plan.entries]
     steps = probes(plan, world)
@@ -321,10 +326,10 @@ async def run(plan: Plan, shape: Shape) -> Outcome:
                 parallel(*step, compensation=order) if isinstance(step, tuple) and order else step
                 for step, order in zip(steps, orders, strict=True)
             ]
-            saga_run = await engine().run_saga(entries, ctx, name="trip", sinks=[world.sink])
+            saga_run = await engine(world).run_saga(entries, ctx, name="trip", sinks=[world.sink])
             outcome.error = saga_run.error
         else:
-            saga = engine().saga(ctx, name="trip", sinks=[world.sink])
+            saga = engine(world).saga(ctx, name="trip", sinks=[world.sink])
             try:
                 async with saga:
                     for step, order in zip(steps, orders, strict=True):
@@ -335,6 +340,11 @@ async def run(plan: Plan, shape: Shape) -> Outcome:
                             await saga.step(step)
             except SagaFailed as exc:
                 outcome.error = exc
+            # Ended: a step more is refused, and runs nothing (checked on the ledger).
+            with pytest.raises(
+                RuntimeError, match=r"^saga 'trip' has ended \((committed|rolled_back|stuck)\)"
+            ):
+                await saga.step(Probe(-2, StepPlan(Fate.SUCCEED, False, Undo.SUCCEED), world, None))
     outcome.cancelled = world.caller.cancelled_caught
     outcome.run_id = world.capture[0].run_id
     return outcome
@@ -457,6 +467,9 @@ def check_ledger(plan: Plan, expected: Expected, outcome: Outcome) -> None:
     assert [entry.effect for entry in ledger].count(Effect.END) == 1
     assert ledger[-1].effect is Effect.END
     assert outcome.world.live == 0
+    journal = outcome.world.journal
+    if journal is not None:  # the journal holds every event, as the sinks saw them
+        assert journal.events(run_id) == tuple(outcome.world.capture)
 
     executes = [entry for entry in ledger if entry.effect is Effect.EXECUTE]
     compensations = [entry for entry in ledger if entry.effect is Effect.COMPENSATE]
