@@ -5,7 +5,9 @@ tests need no download. The ledger steps act on the mock agency's SQLite `Ledger
 key, so a test can see every effect even when the worker that made it was killed. Run as
 ``python -m tests.temporal_support ADDRESS TASK_QUEUE`` this module is a saga worker process; with
 ``AEGIS_TEMPORAL_HANG=1`` its hotel step books, says ``blocked`` on stdout, and hangs, ready to be
-killed.
+killed; with ``AEGIS_TEMPORAL_HANG=compensate`` the hotel's compensation does so after cancelling.
+Run as ``python -m tests.temporal_support serve ADDRESS TASK_QUEUE LEDGER PIDFILE`` it is an
+`AegisMCP` server on stdio whose ``book_trip`` workflow runs the ledger saga on Temporal (`ledger_app`).
 """
 
 from __future__ import annotations
@@ -168,6 +170,25 @@ class LedgerHotel:
         note(self.ledger, f"compensate {self.name}")
         with _ledger(self.ledger) as ledger:
             ledger.cancel(BookingKind.HOTEL, idempotency_key=ctx.idempotency_key)
+        if os.environ.get(HANG) == "compensate":
+            os.write(1, b"blocked\n")
+            await anyio.sleep_forever()
+
+
+class GatedHotel(LedgerHotel):
+    """`LedgerHotel` whose execute, once booked, sets `entered` and waits for `release`: registered by
+    name on a worker in the test's process, it holds a saga mid-step for as long as the test likes."""
+
+    def __init__(self, ledger: str, entered: anyio.Event, release: anyio.Event) -> None:
+        super().__init__(ledger)
+        self.entered = entered
+        self.release = release
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        booked = await super().execute(ctx)
+        self.entered.set()
+        await self.release.wait()
+        return booked
 
 
 class LedgerCard:
@@ -193,6 +214,35 @@ class LedgerCard:
             ledger.refund(idempotency_key=ctx.idempotency_key)
 
 
+def ledger_app(runner: Any, ledger: str) -> Any:
+    """An `AegisMCP` whose ``book_trip`` runs flight, hotel and card on the ledger, on `runner`."""
+    from aegis_nb.server.app import AegisMCP
+
+    app = AegisMCP("trips-on-temporal", temporal=runner, workflow_timeout=None)
+
+    @app.workflow("book_trip")
+    async def book_trip(ctx: AegisContext, declined: bool = False) -> AegisContext:
+        """Flight, hotel and card on the ledger; all undone if the card is declined."""
+        steps = [LedgerFlight(ledger), LedgerHotel(ledger), LedgerCard(ledger, declined=declined)]
+        return await app.workflow_engine.execute_saga(steps, ctx.with_metadata({"traveller": "ada"}))
+
+    return app
+
+
+async def _serve_mcp(address: str, task_queue: str, ledger: str, pidfile: str) -> None:
+    from temporalio.client import Client
+
+    from aegis_nb.temporal import TemporalSagaRunner
+    from tests import temporal_support  # not __main__'s copies: workers rebuild steps by import path
+
+    client = await Client.connect(address)
+    # The hotel travels by name: the test's worker runs its own object of that name (`GatedHotel`).
+    hotel = temporal_support.LedgerHotel(ledger)
+    runner = TemporalSagaRunner(client, task_queue, steps=[hotel], heartbeat_timeout=1.0)
+    Path(pidfile).write_text(str(os.getpid()))  # noqa: ASYNC240 -- before serving: nothing waits
+    await temporal_support.ledger_app(runner, ledger).run_stdio_async()
+
+
 async def _serve(address: str, task_queue: str) -> None:
     from temporalio.client import Client
 
@@ -207,4 +257,7 @@ async def _serve(address: str, task_queue: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve(sys.argv[1], sys.argv[2]))
+    if sys.argv[1] == "serve":
+        asyncio.run(_serve_mcp(*sys.argv[2:6]))
+    else:
+        asyncio.run(_serve(sys.argv[1], sys.argv[2]))

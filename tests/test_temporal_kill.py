@@ -48,9 +48,12 @@ ROOT = Path(__file__).parent.parent
 
 
 @asynccontextmanager
-async def worker_process(address: str, queue: str, *, hang: bool) -> AsyncIterator[Process]:
-    """A saga worker in a process of its own (``python -m tests.temporal_support``), killed on exit."""
-    env = {**os.environ, HANG: "1" if hang else "0"}
+async def worker_process(address: str, queue: str, *, hang: bool | str) -> AsyncIterator[Process]:
+    """A saga worker in a process of its own (``python -m tests.temporal_support``), killed on exit.
+
+    `hang`: True or ``"1"`` hangs the hotel's execute, ``"compensate"`` its compensation.
+    """
+    env = {**os.environ, HANG: hang if isinstance(hang, str) else ("1" if hang else "0")}
     process = await anyio.open_process(
         [sys.executable, "-m", "tests.temporal_support", address, queue], cwd=ROOT, env=env
     )

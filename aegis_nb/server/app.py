@@ -67,6 +67,14 @@ from aegis_nb.server.saga_handles import DEFAULT_SAGA_TIMEOUT, DEFAULT_TTL, Saga
 from aegis_nb.server.saga_tools import SAGA_TOOLS, saga_lifespan, saga_tools
 from aegis_nb.server.sdklogging import root_logger_kept
 from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
+from aegis_nb.server.temporal_runs import (
+    STATUS_TOOL,
+    RemoteRunner,
+    RemoteRuns,
+    routed,
+    status_output_schema,
+    wrap_engine,
+)
 from aegis_nb.server.validation import ArgumentChecker
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,11 +95,13 @@ class Transport(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Workflow:
-    """A registered workflow: its tool name, function and forward timeout (None: no deadline)."""
+    """A registered workflow: its tool name, function and forward timeout (None: no deadline), and the
+    runner its sagas run on (None: in-process; see aegis_nb.server.temporal_runs)."""
 
     name: str
     fn: Callable[..., Awaitable[Any]]
     timeout: float | None
+    runner: RemoteRunner | None = None
 
 
 _UNSET: Any = object()
@@ -108,6 +118,7 @@ class AegisMCP(MCPServer[Any]):
         workflow_timeout: float | None = DEFAULT_WORKFLOW_TIMEOUT,
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         journal: str | os.PathLike[str] | Journal | None = None,
+        temporal: RemoteRunner | None = None,
         saga_ttl: float = DEFAULT_TTL,
         saga_timeout: float | None = DEFAULT_SAGA_TIMEOUT,
         **kwargs: Any,
@@ -115,7 +126,9 @@ class AegisMCP(MCPServer[Any]):
         """`engine` runs the workflows (a fresh `WorkflowEngine` by default); timeouts are seconds or None.
 
         `journal` (a SQLite file path, or a `Journal`) makes the workflows durable: on start-up, before
-        serving, the server rolls back every run a crash left unfinished. Agent sagas over compensable
+        serving, the server rolls back every run a crash left unfinished. `temporal` (a
+        `TemporalSagaRunner`) runs the workflows' sagas on Temporal, and adds the ``workflow_status`` tool
+        (aegis_nb.server.temporal_runs). Agent sagas over compensable
         tools (``@app.tool(compensate=...)``) are rolled back idle past `saga_ttl` seconds, or past
         `saga_timeout`. Other keyword arguments go to
         `MCPServer` unchanged.
@@ -139,6 +152,10 @@ class AegisMCP(MCPServer[Any]):
         self._compensable: dict[str, CompensableCall] = {}
         self._checkers: dict[str, ArgumentChecker] = {}
         self._saga_handles: SagaHandles | None = None
+        self.temporal = temporal
+        self._remote_runs: RemoteRuns | None = None
+        if temporal is not None:
+            self._serve_remote(temporal)
 
     def resources(self) -> AbstractAsyncContextManager[Any]:
         """Enter the app's own lifespan (the sessions and clients it opens to serve) without serving.
@@ -165,12 +182,14 @@ class AegisMCP(MCPServer[Any]):
         title: str | None = None,
         description: str | None = None,
         annotations: ToolAnnotations | None = None,
+        temporal: RemoteRunner | None = _UNSET,
     ) -> Callable[[F], F]:
         """Register ``async def fn(ctx, ...)`` as the MCP tool `name`; returns `fn` unchanged.
 
         `timeout` (seconds, None for none) overrides the server's `workflow_timeout`. A later parameter
         annotated with the SDK's `Context` receives the request's, as a tool's does (not an argument).
         `title`, `description` and `annotations` (MCP's hints to clients) are published as a tool's.
+        `temporal` (a `TemporalSagaRunner`, None for in-process) overrides the server's `temporal`.
         """
         if callable(name):
             raise TypeError("use @app.workflow() or @app.workflow('name'), not a bare @app.workflow")
@@ -201,7 +220,10 @@ class AegisMCP(MCPServer[Any]):
                     "not the SDK's Context"
                 )
             limit = self.workflow_timeout if timeout is _UNSET else check_timeout(timeout, "timeout")
-            spec = Workflow(workflow_name, fn, limit)
+            remote = self.temporal if temporal is _UNSET else temporal
+            if remote is not None:
+                self._serve_remote(remote)
+            spec = Workflow(workflow_name, fn, limit, remote)
             runner = self._workflow_runner(spec, own_context)
             publish_signature(
                 runner,
@@ -231,6 +253,18 @@ class AegisMCP(MCPServer[Any]):
             return fn
 
         return decorator
+
+    def _serve_remote(self, runner: RemoteRunner) -> None:
+        """Let workflows run their sagas on `runner`: the routing engine, and the status tool, once."""
+        if self._remote_runs is None:
+            self._remote_runs = RemoteRuns()
+            self.workflow_engine = wrap_engine(self.workflow_engine)
+            self.add_tool(self._remote_runs.status_tool(), name=STATUS_TOOL, structured_output=True)
+            tool = self._tool_manager.get_tool(STATUS_TOOL)
+            assert tool is not None
+            tool.fn_metadata.output_schema = status_output_schema()
+            tool.fn_metadata.output_model = None
+        self._remote_runs.add(runner)
 
     def _trust_module_of(self, fn: Callable[..., Any]) -> None:
         """Let start-up recovery rebuild the step classes defined beside a workflow (its module is the
@@ -273,14 +307,16 @@ class AegisMCP(MCPServer[Any]):
                 # started and each event costs one list append.
                 events: list[SagaEvent] = []
                 with Observing(events.append, spec.name):
-                    return await app._invoke(spec, ctx, kwargs, events, clock, started)
+                    return await app._invoke(spec, ctx, kwargs, events, clock, started, request)
             observer = RequestObserver()
             outcome = error_result("workflow did not finish", refused=False)
             with Observing(observer, spec.name):
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(observer.forward_progress, report)
                     try:
-                        outcome = await app._invoke(spec, ctx, kwargs, observer.events, clock, started)
+                        outcome = await app._invoke(
+                            spec, ctx, kwargs, observer.events, clock, started, request
+                        )
                     finally:
                         observer.close()
             return outcome
@@ -295,9 +331,11 @@ class AegisMCP(MCPServer[Any]):
         events: list[SagaEvent],
         clock: Clock,
         started: float,
+        request: Any = None,
     ) -> CallToolResult:
         try:
-            returned = await spec.fn(ctx, **arguments)
+            with routed(spec.runner, None if request is None else request.meta):
+                returned = await spec.fn(ctx, **arguments)
         except SagaFailed as exc:
             return failed_result(exc.report, events, clock() - started)
         except ToolTimeoutError as exc:

@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
@@ -67,6 +68,12 @@ DEFAULT_HEARTBEAT_TIMEOUT = 5.0
 A cancellation reaches a running step with a heartbeat's answer, and the SDK sends heartbeats at most
 every 0.8 x this: shorter means faster cancels and failovers, longer means less traffic."""
 
+DEFAULT_HEARTBEAT_AFTER = 30.0
+"""Seconds an activity may run before it heartbeats: only one that may run longer (a step whose time
+left, or own timeout, is longer, or that has no limit; a compensation with a longer budget) sends
+heartbeats. A shorter one's lost worker is noticed by its start-to-close timeout, the activity's
+limit plus a second, and a cancellation reaches it when it ends."""
+
 
 class SagaCancelled(SagaFailed):
     """The workflow was cancelled from outside this call; `report` says what was rolled back."""
@@ -88,9 +95,14 @@ class TemporalSagaRunner:
         compensation_retry: RetryPolicy | None = None,
         compensation_budget: float = DEFAULT_COMPENSATION_BUDGET,
         heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT,
+        heartbeat_after: float | None = DEFAULT_HEARTBEAT_AFTER,
         steps: Iterable[object] | Mapping[str, object] = (),
         poll_interval: float = 0.1,
     ) -> None:
+        if heartbeat_after is not None and not (
+            isinstance(heartbeat_after, int | float) and 0 <= heartbeat_after < math.inf
+        ):
+            raise ValueError(f"heartbeat_after must be seconds (0: always) or None, got {heartbeat_after!r}")
         for what, value in (
             ("compensation_budget", compensation_budget),
             ("heartbeat_timeout", heartbeat_timeout),
@@ -103,6 +115,7 @@ class TemporalSagaRunner:
         self.compensation_retry = compensation_retry or RetryPolicy()
         self.compensation_budget = float(compensation_budget)
         self.heartbeat_timeout = float(heartbeat_timeout)
+        self.heartbeat_after = None if heartbeat_after is None else float(heartbeat_after)
         self.poll_interval = float(poll_interval)
         self._resolver = StepResolver(steps)
 
@@ -189,6 +202,7 @@ class TemporalSagaRunner:
             self.compensation_budget,
             self.compensation_retry,
             self.heartbeat_timeout,
+            self.heartbeat_after,
         )
         try:
             handle: WorkflowHandle[Any, dict[str, Any]] = await self.client.start_workflow(
@@ -205,6 +219,33 @@ class TemporalSagaRunner:
                 raise
             raise unreachable from exc
         return TemporalSagaHandle(handle)
+
+    def attach(self, workflow_id: str) -> TemporalSagaHandle:
+        """The saga started as `workflow_id` (by any client): follow it, wait for it, or replay its events."""
+        return TemporalSagaHandle(self.client.get_workflow_handle(workflow_id, result_type=dict))
+
+    async def run_events(self, run_id: str, *, wait: bool = False) -> tuple[SagaEvent, ...] | None:
+        """The events of the saga run `run_id` so far, all of them once it has ended (`wait`: once it
+        ends); None if Temporal holds no saga of that id. Answers for runs any client started.
+
+        While the run is going, its events come from a query, which needs a worker: with none
+        answering, the answer is no events yet (the run is still going).
+        """
+        handle = self.attach(run_id)
+        try:
+            description = await handle.handle.describe()
+        except RPCError as exc:
+            if exc.status is RPCStatus.NOT_FOUND:
+                return None
+            raise
+        if description.workflow_type != WORKFLOW_NAME:
+            return None  # another kind of workflow: not a saga this runner answers for
+        if wait or description.status is not WorkflowExecutionStatus.RUNNING:
+            return (await handle.result()).events
+        try:
+            return await handle.events()
+        except _QUERY_FAILURES:
+            return ()
 
 
 class TemporalSagaHandle:

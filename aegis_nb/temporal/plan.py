@@ -46,6 +46,8 @@ class SagaPlan:
 
     `timeout` is the seconds left before the context's deadline when the client started the
     workflow (None: no deadline); `context` is the initial context without its deadline.
+    `heartbeat_after`: an activity that may run longer than this many seconds heartbeats (None:
+    none does); a shorter one is watched by its start-to-close timeout alone.
     """
 
     saga: str
@@ -55,6 +57,7 @@ class SagaPlan:
     compensation_budget: float
     compensation_retry: RetryPolicy
     heartbeat_timeout: float
+    heartbeat_after: float | None = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +69,7 @@ class SagaPlan:
             "compensation_budget": self.compensation_budget,
             "compensation_retry": retry_to_json(self.compensation_retry),
             "heartbeat_timeout": self.heartbeat_timeout,
+            "heartbeat_after": self.heartbeat_after,
         }
 
     @classmethod
@@ -81,7 +85,13 @@ class SagaPlan:
             compensation_budget=float(data["compensation_budget"]),
             compensation_retry=retry_from_json(data["compensation_retry"]),
             heartbeat_timeout=float(data["heartbeat_timeout"]),
+            # A plan from a client before heartbeat_after: every activity heartbeats, as it did.
+            heartbeat_after=_optional_seconds(data.get("heartbeat_after", 0.0)),
         )
+
+    def heartbeats(self, bound: float) -> bool:
+        """Whether an activity that may run `bound` seconds (``inf``: no limit) heartbeats."""
+        return self.heartbeat_after is not None and bound > self.heartbeat_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +134,15 @@ class StepCall:
             context=context_from_json(data["context"]),
             limit=None if limit is None else float(limit),
         )
+
+
+def _optional_seconds(value: object) -> float | None:
+    """Seconds, or None; anything else is a `RecordError`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"heartbeat_after must be seconds or null, got {value!r}")
+    return float(value)
 
 
 def _mapping(data: object, what: str) -> Mapping[str, Any]:

@@ -178,15 +178,18 @@ class _Run:
     ) -> AegisContext:
         call = StepCall(step.name, step.locator, step.args, step.kwargs, ctx, _finite(limit))
         # Without a deadline an attempt gets a day; with one, the server's backstop is the limit plus
-        # a grace (the worker itself cuts the call at the limit).
-        per_attempt = NO_DEADLINE_ATTEMPT if limit == math.inf else None
-        overall = None
-        if limit != math.inf:
-            overall = timedelta(seconds=max(limit - workflow.time(), 0.0) + BACKSTOP_GRACE)
+        # a grace (the worker itself cuts the call at the limit), for each attempt and for them all:
+        # without heartbeats, that is when a lost worker is noticed.
+        bound = limit - workflow.time()
+        per_attempt = overall = None
+        if limit == math.inf:
+            per_attempt = NO_DEADLINE_ATTEMPT
+        else:
+            per_attempt = overall = timedelta(seconds=max(bound, 0.0) + BACKSTOP_GRACE)
         handle = workflow.start_activity(
             EXECUTE_ACTIVITY,
             call.to_json(),
-            heartbeat_timeout=timedelta(seconds=self.plan.heartbeat_timeout),
+            heartbeat_timeout=self._heartbeat_timeout(bound),
             retry_policy=_WORKER_LOSS_RETRY,
             # The rollback must not start while the step may still be acting.
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -318,9 +321,19 @@ class _Run:
             COMPENSATE_ACTIVITY,
             call.to_json(),
             start_to_close_timeout=timedelta(seconds=budget + BACKSTOP_GRACE),
-            heartbeat_timeout=timedelta(seconds=self.plan.heartbeat_timeout),
+            heartbeat_timeout=self._heartbeat_timeout(budget),
             retry_policy=_WORKER_LOSS_RETRY,
         )
+
+    def _heartbeat_timeout(self, bound: float) -> timedelta | None:
+        """The heartbeat timeout of an activity that may run `bound` seconds; None: it sends none.
+
+        A heartbeat costs a round trip to the server; it buys a lost worker noticed, and a
+        cancellation delivered, within a heartbeat timeout rather than at the attempt's end.
+        """
+        if not self.plan.heartbeats(bound):
+            return None
+        return timedelta(seconds=self.plan.heartbeat_timeout)
 
     async def _cancelling(self, handle: workflow.ActivityHandle[Any]) -> Any:
         """The step activity's outcome; a workflow cancellation meanwhile is passed on to it, then awaited.
