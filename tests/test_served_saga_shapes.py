@@ -224,12 +224,6 @@ async def test_a_dynamic_saga_served_undoes_the_member_that_succeeded_when_its_s
     assert messages == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reported to the lead: SagaReport.to_json finds a step's index in `steps`, the plan, "
-    "which a dynamic saga has none of, so every index in a served dynamic saga's report is null "
-    "(and its `steps` is [])",
-)
 async def test_a_dynamic_saga_served_reports_each_step_with_its_index() -> None:
     async with Client(app) as client:
         result = await client.call_tool("plan_trip", {"budget_cents": 50_000, "car_declined": True})

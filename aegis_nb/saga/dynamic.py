@@ -73,6 +73,7 @@ class Saga:
         self._state = SagaState.NOT_STARTED
         self._classes: dict[type, Any] = {}  # class checks, kept across steps
         self._names: set[str] = set()
+        self._repeats: dict[str, int] = {}  # per name, the last #n given to a repeat of it
         self._next_index = 0
         self._run: SagaRun | None = None
 

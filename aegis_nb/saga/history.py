@@ -20,15 +20,21 @@ from aegis_nb.saga.events import (
     SagaStarted,
     SagaStuck,
     StepFailed,
+    StepStarted,
     StepSucceeded,
     StepTimedOut,
 )
 
 
 def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
-    """Rebuild the `SagaReport` of one run from its events, finished or not."""
+    """Rebuild the `SagaReport` of one run from its events, finished or not.
+
+    Its `steps` are the plan the run began with, then any step that started outside it (every step
+    of a dynamic saga), in index order: each step the report names has its place there.
+    """
     run_id, saga = "", ""
     steps: tuple[str, ...] = ()
+    started: dict[int, str] = {}  # every step that started, by index: a dynamic saga plans none
     status = SagaStatus.RUNNING
     succeeded: list[str] = []
     failed: str | None = None
@@ -41,6 +47,8 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
         match event:
             case SagaStarted():
                 run_id, saga, steps = event.run_id, event.saga, event.steps
+            case StepStarted():
+                started[event.index] = event.step
             case StepSucceeded():
                 succeeded.append(event.step)
             case StepFailed(kind=FailureKind.CANCELLED) if (
@@ -67,6 +75,8 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
                 if failed is None:
                     # Failed between steps (a sink or journal error): only the final report knows why.
                     kind, cause = event.report.failure_kind, event.report.cause
+    planned = set(steps)
+    steps += tuple(started[i] for i in sorted(started) if started[i] not in planned)
     return SagaReport(
         run_id=run_id,
         saga=saga,
