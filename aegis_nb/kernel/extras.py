@@ -7,8 +7,10 @@ and magics ``notebook``, the Temporal runner ``temporal``; without it, a user wo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 
 from aegis_nb.kernel.errors import AegisError
 
@@ -18,6 +20,10 @@ EXTRA_MODULES: dict[str, frozenset[str]] = {
     "temporal": frozenset({"temporalio"}),
 }
 """The top-level modules each extra brings: a missing one of these means the extra is not installed."""
+
+MINIMUM_VERSIONS: Mapping[str, tuple[str, tuple[int, ...]]] = MappingProxyType({"mcp": ("mcp", (2, 3))})
+"""Top-level module -> (distribution, oldest release that has what we import): a module of it that is
+missing while the package is installed means an older release (another package downgraded it)."""
 
 
 class MissingExtra(AegisError, ModuleNotFoundError):
@@ -32,6 +38,37 @@ class MissingExtra(AegisError, ModuleNotFoundError):
         self.extra = extra
 
 
+class ExtraTooOld(MissingExtra):
+    """The extra's package is installed, but a release too old to have what aegis_nb imports from it."""
+
+    def __init__(self, part: str, extra: str, missing: str, distribution: str, installed: str) -> None:
+        needed = ".".join(map(str, MINIMUM_VERSIONS[missing.partition(".")[0]][1]))
+        message = (
+            f"{part} needs {distribution} >= {needed}, but {distribution} {installed} is installed "
+            f"(no module named {missing!r}; another package may have pinned an older one)"
+        )
+        ModuleNotFoundError.__init__(self, f"{message}: pip install '{distribution}>={needed}'", name=missing)
+        self.extra = extra
+
+
+def _installed_too_old(missing: str) -> tuple[str, str] | None:
+    """(distribution, installed version) when `missing` is a submodule an old installed release lacks."""
+    from importlib import metadata
+
+    top, _, rest = missing.partition(".")
+    if not rest or top not in MINIMUM_VERSIONS:
+        return None
+    distribution, needed = MINIMUM_VERSIONS[top]
+    try:
+        installed = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+    release = re.match(r"\d+(?:\.\d+)*", installed)  # "1.27.0rc1" -> 1.27.0
+    if release is None:
+        return None
+    return (distribution, installed) if tuple(map(int, release.group().split("."))) < needed else None
+
+
 @contextmanager
 def needs_extra(extra: str, part: str) -> Iterator[None]:
     """Turn a missing module of `extra` in the block into a `MissingExtra` naming `part` and the extra.
@@ -44,5 +81,8 @@ def needs_extra(extra: str, part: str) -> Iterator[None]:
         missing = exc.name or ""
         if missing.partition(".")[0] not in EXTRA_MODULES[extra]:
             raise
+        too_old = _installed_too_old(missing)
+        if too_old is not None:
+            raise ExtraTooOld(part, extra, missing, *too_old) from None
         # The original's traceback only shows the import chain that led to the missing module.
         raise MissingExtra(part, extra, missing) from None
