@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -253,20 +254,11 @@ class Saga:
         """`spec` with a name no earlier step of the run has: a repeat gets ``#2``, ``#3``, ..."""
         name = spec.name
         if name in self._names:
-            number = 2
-            while f"{name}#{number}" in self._names:
+            number = self._repeats.get(name, 1) + 1
+            while f"{name}#{number}" in self._names:  # a step may already be called "hotel#2"
                 number += 1
+            self._repeats[spec.name] = number
             name = f"{name}#{number}"
-            spec = StepSpec(
-                spec.index,
-                name,
-                spec.step,
-                spec.args,
-                spec.kwargs,
-                spec.timeout,
-                spec.retry,
-                spec.in_doubt,
-                spec.group,
-            )
+            spec = replace(spec, name=name)
         self._names.add(name)
         return spec
