@@ -244,7 +244,7 @@ class Saga:
         if self._plan:
             raise RuntimeError(f"saga {self.name!r} runs a fixed list of steps; it takes none added")
         specs = normalize_entry(entry, self._next_index, self._classes)
-        specs = tuple(self._unique(spec) for spec in specs)
+        specs = tuple(map(self._unique, specs))
         if self._journal is not None:
             await self._journal.add_steps(self.run_id, self.name, specs)
         self._next_index += len(specs)
