@@ -8,6 +8,7 @@ from aegis_nb.diagram.layout import Layout, layout
 from aegis_nb.diagram.mermaid import render_mermaid
 from aegis_nb.diagram.model import (
     EMPTY,
+    Group,
     LaneState,
     Message,
     MessageKind,
@@ -22,6 +23,7 @@ __all__ = [
     "EMPTY",
     "GraphRendering",
     "GraphSource",
+    "Group",
     "LaneState",
     "Layout",
     "Message",

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 
 from aegis_nb.diagram import labels
-from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, LaneKind, layout
-from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
+from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, LaneKind, group_spans, layout
+from aegis_nb.diagram.model import Group, LaneState, MessageKind, SequenceModel
 from aegis_nb.diagram.svg import LANE_LOOKS, STATUS_COLOURS, render_svg
 from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.kernel.report import SagaStatus
@@ -55,7 +55,11 @@ def quote(value: str) -> str:
 
 
 def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> str:
-    """The DOT source: start → steps → outcome, compensations as dashed violet edges going back."""
+    """The DOT source: start → steps → outcome, compensations as dashed violet edges going back.
+
+    A parallel group's members sit side by side (one rank) in a labelled cluster: the step before
+    fans out to each member and each member joins the step after.
+    """
     durations: dict[int, float] = {}
     attempts: dict[int, int] = {}
     for message in model.messages:
@@ -74,10 +78,24 @@ def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> s
         '  start [label="start", shape=circle, fillcolor="#1e293b", fontcolor="#ffffff", width=0.6];',
     ]
     ids: dict[int, str] = {}
-    previous = "start"
+    previous = ["start"]  # the nodes the next one follows: a group's members all lead on
+    before_group: list[str] = []  # what the current group's members each follow
+    current: Group | None = None
+    fan_out: list[str] = []
     for lane in layout(model, max_lanes=max_lanes).lanes:
         if lane.kind is LaneKind.ENGINE:
             continue
+        group = model.group_of(lane.first) if lane.kind is LaneKind.STEP else None
+        if current is not None and group is not current:
+            # Edges after the cluster: one inside it would pull the step before into it.
+            lines += ["  }", *fan_out]
+            current, fan_out = None, []
+        if group is not None and current is None:
+            current, before_group, previous = group, previous, []
+            lines.append(
+                f"  subgraph cluster_g{group.start} {{ label={quote(labels.group_label(group))}; "
+                'style="dashed,rounded"; color="#64748b"; fontcolor="#334155"; fontsize=11; rank=same;'
+            )
         node = f"s{lane.first}"
         if lane.kind is LaneKind.FOLD:
             text = f"⋯ steps {lane.first + 1}–{lane.last + 1}"
@@ -101,16 +119,28 @@ def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> s
             ids[step] = node
         reached = lane.state not in (None, LaneState.PENDING)
         style = "" if reached else ', style="dashed", color="#cbd5e1"'
-        lines.append(f"  {previous} -> {node} [arrowsize=0.8{style}];")
-        previous = node
+        if current is None:
+            lines += [f"  {source} -> {node} [arrowsize=0.8{style}];" for source in previous]
+            previous = [node]
+        else:
+            fan_out += [f"  {source} -> {node} [arrowsize=0.8{style}];" for source in before_group]
+            previous.append(node)
+    if current is not None:
+        lines += ["  }", *fan_out]
     colour = STATUS_COLOURS[model.status]
     lines.append(
         f'  outcome [label={quote(status)}, shape=box, style="rounded,filled,bold", '
         f'fillcolor={quote(colour)}, fontcolor="#ffffff", color={quote(colour)}];'
     )
     if model.status is SagaStatus.COMMITTED:
-        lines.append(f"  {previous} -> outcome;")
-    back = ids.get(model.failed_step) if model.failed_step is not None else None
+        lines += [f"  {source} -> outcome;" for source in previous]
+    at = len(model.messages) if model.rollback_at is None else model.rollback_at
+    spans = group_spans(model, [(m.step, n >= at) for n, m in enumerate(model.messages)])
+    side_by_side = {span.group for span in spans if span.in_rollback and span.concurrent}
+    failed = ids.get(model.failed_step) if model.failed_step is not None else None
+    back = [failed] if failed is not None else [previous[-1]]
+    stage: list[str] = []  # the nodes undone last, together when a group's members were
+    stage_group: Group | None = None
     done: set[str] = set()
     for message in model.messages:
         if message.kind is not MessageKind.COMPENSATE or message.attempt != 1:
@@ -119,14 +149,20 @@ def render_dot(model: SequenceModel, *, max_lanes: int = DEFAULT_MAX_LANES) -> s
         if node in done:
             continue
         done.add(node)
-        source = back or previous
-        lines.append(
+        group = model.group_of(message.step)
+        if group is None or group != stage_group or group not in side_by_side:
+            back, stage, stage_group = stage or back, [], group
+        stage.append(node)  # undone alongside the stage's others: from the same nodes
+        lines += [
             f'  {source} -> {node} [label="compensate", color="#7c3aed", fontcolor="#6d28d9", '
             'style="dashed", constraint=false];'
-        )
-        back = node
-    if model.status in (SagaStatus.ROLLED_BACK, SagaStatus.STUCK) and back is not None:
-        lines.append(f'  {back} -> outcome [color="#7c3aed", style="dashed", constraint=false];')
+            for source in back
+        ]
+    last = stage or ([failed] if failed is not None else [])
+    if model.status in (SagaStatus.ROLLED_BACK, SagaStatus.STUCK):
+        lines += [
+            f'  {node} -> outcome [color="#7c3aed", style="dashed", constraint=false];' for node in last
+        ]
     lines.append("}")
     return "\n".join(lines) + "\n"
 

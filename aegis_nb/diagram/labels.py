@@ -8,7 +8,7 @@ same visible escapes instead of control characters.
 
 from __future__ import annotations
 
-from aegis_nb.diagram.model import LaneState, Message, MessageKind, SequenceModel
+from aegis_nb.diagram.model import Group, LaneState, Message, MessageKind, SequenceModel
 from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaStatus
@@ -135,9 +135,12 @@ def fold_label(count: int, kinds: tuple[tuple[MessageKind, int], ...]) -> str:
 
 
 def headline(model: SequenceModel) -> str:
-    """``3 steps · 31.2 ms · deadline 100.0 ms · run 1a2b3c4d``."""
+    """``3 steps · 31.2 ms · deadline 100.0 ms · run 1a2b3c4d`` (``4 steps, 1 parallel group · …``)."""
     n = len(model.steps)
-    parts = [counted(n, "step"), duration(model.elapsed)]
+    steps = counted(n, "step")
+    if model.groups:
+        steps += f", {counted(len(model.groups), 'parallel group')}"
+    parts = [steps, duration(model.elapsed)]
     if model.has_deadline:
         parts.append(f"{phrases.DEADLINE} {duration(model.deadline - model.started)}")
     parts.append(f"run {printable(model.run_id[:8])}")  # a caller may choose the run id
@@ -145,8 +148,9 @@ def headline(model: SequenceModel) -> str:
 
 
 def cause_line(model: SequenceModel) -> str | None:
-    """Why the run rolled back, naming the step; ``None`` while nothing failed."""
-    if model.cause is None and model.failure is None:
+    """Why the run rolled back, naming the step; ``None`` while nothing failed (and for a rollback
+    the saga's own code asked for: `requested_line`)."""
+    if (model.cause is None and model.failure is None) or model.requested:
         return None
     where = "" if model.failed_step is None else f"{printable_line(model.steps[model.failed_step])}: "
     if model.failure is FailureKind.TIMEOUT:
@@ -160,6 +164,28 @@ def cause_line(model: SequenceModel) -> str | None:
     return f"{where}{error_text(model.cause)}"
 
 
+def requested_line(model: SequenceModel) -> str | None:
+    """``rolled back: too expensive`` for a rollback the saga's code asked for, with its reason; not
+    an error, so no view draws it as one. ``None`` for any other run."""
+    if not model.requested:
+        return None
+    reason = printable_line(model.cause.message) if model.cause is not None else ""
+    return f"{phrases.ROLLED_BACK}: {reason}" if reason else phrases.ROLLED_BACK
+
+
+def steps_span(group: Group) -> str:
+    """``steps 2–3``: the members of a parallel group, by their numbers (from 1)."""
+    if group.size == 1:
+        return f"step {group.start + 1}"
+    return f"steps {group.start + 1}–{group.last + 1}"
+
+
+def group_label(group: Group, *, concurrent: bool = True) -> str:
+    """``∥ parallel · steps 2–3``; ``… · one at a time`` for members undone one by one."""
+    label = f"∥ parallel · {steps_span(group)}"
+    return label if concurrent else f"{label} · one at a time"
+
+
 _LISTED = 8  # names listed in a summary before it says "N steps, first … last"
 
 
@@ -171,9 +197,21 @@ def summary(model: SequenceModel) -> str:
     if not model.run_id:
         return phrases.WAITING
     if model.status is SagaStatus.COMPENSATING:
-        return f"{phrases.ROLLING_BACK}: {cause_line(model)}"
+        # A requested rollback says why only when it ends (the report holds the reason).
+        cause = cause_line(model)
+        return f"{phrases.ROLLING_BACK}: {cause}" if cause else phrases.ROLLING_BACK
     running = [m.step for m in model.messages if m.kind is MessageKind.EXECUTE]
     if not running:
         return phrases.STARTED
     index = running[-1]
-    return f"{phrases.RUNNING} step {index + 1} of {len(model.steps)}: {printable_line(model.steps[index])}"
+    name = printable_line(model.steps[index])
+    # A dynamic saga's steps are not known ahead: there is no "of N".
+    of = "" if model.dynamic else f" of {len(model.steps)}"
+    group = model.group_of(index)
+    if group is not None:
+        return f"{phrases.RUNNING} {steps_span(group)}{of} (parallel): {_members(model, group)}"
+    return f"{phrases.RUNNING} step {index + 1}{of}: {name}"
+
+
+def _members(model: SequenceModel, group: Group) -> str:
+    return phrases.listed(model.steps[group.start : group.last + 1], _LISTED)

@@ -5,6 +5,10 @@ first steps, a window around the failure (or the frontier) and the last step kee
 and each gap becomes one folded lane; consecutive arrows to a folded lane become one summary row.
 Past `max_rows` per phase the middle rows are folded too. The SVG and the text rendering share this,
 so both degrade the same way and cost the same bounded work however long the run.
+
+A parallel group's rows are consecutive (the saga waits for the whole group), in the forward part
+and again where its members are undone: each such run of rows is a `GroupSpan`, which the views
+frame as one block (`group_spans`; Mermaid applies it to the messages).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from aegis_nb.diagram.model import LaneState, Message, MessageKind, SequenceModel
+from aegis_nb.diagram.model import Group, LaneState, Message, MessageKind, SequenceModel
 
 DEFAULT_MAX_LANES = 36
 DEFAULT_MAX_ROWS = 120
@@ -66,12 +70,55 @@ class Row(NamedTuple):
     kinds: tuple[tuple[MessageKind, int], ...] = ()
 
 
+class GroupSpan(NamedTuple):
+    """Items `first` .. `last` (rows, or messages) are all of parallel group `group`'s members.
+
+    `concurrent` says the members ran (or were undone) side by side: always forward, where they
+    start together; in the rollback only when one's compensation began before another's ended
+    (``compensation="reverse_start"`` undoes them one at a time, newest start first).
+    """
+
+    group: Group
+    first: int
+    last: int
+    in_rollback: bool
+    concurrent: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     lanes: tuple[Lane, ...]
     rows: tuple[Row, ...]
     folded_steps: int
     folded_rows: int
+    spans: tuple[GroupSpan, ...] = ()
+
+
+def group_spans(model: SequenceModel, items: Sequence[tuple[int | None, bool]]) -> tuple[GroupSpan, ...]:
+    """The runs of `items` (each its step, or ``None`` for a row of no one step, and whether it is in
+    the rollback) that belong to one parallel group, within one phase."""
+    if not model.groups:
+        return ()
+    spans: list[GroupSpan] = []
+    current: Group | None = None
+    first = 0
+    for position, (step, in_rollback) in enumerate([*items, (None, False)]):
+        group = None if step is None else model.group_of(step)
+        if current is not None and (group is not current or in_rollback != items[first][1]):
+            spans.append(_span(current, first, position - 1, items))
+            current = None
+        if group is not None and current is None:
+            current, first = group, position
+    return tuple(spans)
+
+
+def _span(group: Group, first: int, last: int, items: Sequence[tuple[int | None, bool]]) -> GroupSpan:
+    in_rollback = items[first][1]
+    steps = [step for step, _ in items[first : last + 1]]
+    # Undone one at a time when each member's arrows are consecutive; side by side when they mix.
+    runs = [step for n, step in enumerate(steps) if n == 0 or steps[n - 1] != step]
+    concurrent = not in_rollback or len(runs) != len(set(runs))
+    return GroupSpan(group, first, last, in_rollback, concurrent)
 
 
 def layout(
@@ -89,7 +136,15 @@ def layout(
         folded_rows += n
         rows = [*forward, Row(RowKind.ROLLBACK, True), *rollback]
     folded_steps = sum(lane.folded for lane in lanes)
-    return Layout(tuple(lanes), tuple(rows), folded_steps, folded_rows)
+    spans = group_spans(model, [(_row_step(row, lanes), row.in_rollback) for row in rows])
+    return Layout(tuple(lanes), tuple(rows), folded_steps, folded_rows, spans)
+
+
+def _row_step(row: Row, lanes: Sequence[Lane]) -> int | None:
+    """The one step row `row` is about; ``None`` for a note and for folds (they may hold many)."""
+    if row.kind is not RowKind.MESSAGE or row.message is None or row.lane is None:
+        return None
+    return row.message.step if lanes[row.lane].kind is LaneKind.STEP else None
 
 
 def _lanes(model: SequenceModel, max_lanes: int) -> tuple[list[Lane], list[int]]:

@@ -9,6 +9,12 @@ no reply, as on the page). The box is a translucent red, not the page's near-bla
 inside it. Beyond the page: timeouts, retried and failed compensations (``--x`` replies) and a
 closing note when something could not be undone. JupyterLab renders it offline
 (``text/vnd.mermaid`` or a ```` ```mermaid ```` fence).
+
+A parallel group is a ``par ... and ... end`` block, one branch per member holding that member's
+arrows, forward and again inside the rollback box where its members are undone side by side;
+members undone one at a time (``compensation="reverse_start"``) keep their order under a note that
+names the group. A rollback the saga's code asked for (`Saga.rollback(reason)`) says so in its note,
+with the reason, not as a failure.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import re
 
 from aegis_nb.diagram import labels
+from aegis_nb.diagram.layout import GroupSpan, group_spans
 from aegis_nb.diagram.model import Message, MessageKind, SequenceModel
 from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable_line
@@ -42,16 +49,28 @@ def render_mermaid(model: SequenceModel) -> str:
     ]
     lines.append("")
     indent = "    "
-    for i, message in enumerate(model.messages):
+    at = len(model.messages) if model.rollback_at is None else model.rollback_at
+    spans = {
+        span.first: span
+        for span in group_spans(model, [(m.step, i >= at) for i, m in enumerate(model.messages)])
+    }
+    i = 0
+    while i < len(model.messages):
         if i == model.rollback_at:
-            lines += _open_rollback()
+            lines += _open_rollback(model)
             indent = "        "
-        arrow = _arrow(message)
+        span = spans.get(i)
+        if span is not None:
+            lines += _group(model, span, indent)
+            i = span.last + 1
+            continue
+        arrow = _arrow(model.messages[i])
         if arrow is not None:
             lines.append(indent + arrow)
+        i += 1
     if model.rollback_at is not None:
         if model.rollback_at >= len(model.messages):
-            lines += _open_rollback()
+            lines += _open_rollback(model)
         if model.status is SagaStatus.STUCK and model.report is not None:
             standing = ", ".join(
                 f"S{model.report.steps.index(name) + 1}" for name in model.report.left_standing
@@ -62,9 +81,33 @@ def render_mermaid(model: SequenceModel) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _open_rollback() -> list[str]:
+def _open_rollback(model: SequenceModel) -> list[str]:
     # The documentation page's own note, word for word (not `phrases.ROLLBACK_TRIGGERED`).
-    return ["", f"    rect {ROLLBACK_COLOUR}", "        Note over E: Rollback Triggered"]
+    note = "Rollback Triggered"
+    requested = labels.requested_line(model)
+    if requested is not None:
+        note += f" - {text(requested)}"
+    return ["", f"    rect {ROLLBACK_COLOUR}", f"        Note over E: {note}"]
+
+
+def _group(model: SequenceModel, span: GroupSpan, indent: str) -> list[str]:
+    """A group's arrows: a ``par`` block of one branch per member, or, for members undone one at a
+    time, their arrows in order under a note over the group's participants."""
+    messages = model.messages[span.first : span.last + 1]
+    group = span.group
+    if not span.concurrent:
+        where = f"S{group.start + 1},S{group.last + 1}" if group.size > 1 else f"S{group.start + 1}"
+        note = f"{indent}Note over {where}: {text(labels.group_label(group, concurrent=False))}"
+        return [note, *(indent + arrow for arrow in map(_arrow, messages) if arrow is not None)]
+    lines: list[str] = []
+    members = sorted({message.step for message in messages})
+    for n, step in enumerate(members):
+        keyword = "par" if n == 0 else "and"
+        lines.append(f"{indent}{keyword} Step {step + 1} ({text(model.steps[step])})")
+        branch = (_arrow(message) for message in messages if message.step == step)
+        lines += [f"{indent}    {arrow}" for arrow in branch if arrow is not None]
+    lines.append(f"{indent}end")
+    return lines
 
 
 def _arrow(message: Message) -> str | None:

@@ -3,6 +3,10 @@
 Every view (SVG, Mermaid, DOT, text, the live widget) draws from this model, never from the raw
 events, so they agree on what happened. `SequenceBuilder` folds events one at a time (the live view
 feeds it from an engine sink); `SequenceModel` is the immutable snapshot the renderers take.
+
+A dynamic saga announces no steps when it starts: its lanes are learned from `StepStarted` events
+as they come, so a live view grows a lifeline per step. Parallel groups (`Group`) are learned from
+the events' `group` field; their members' events interleave, each on its own lane.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from aegis_nb.saga.events import (
     SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
+    StepEvent,
     StepFailed,
     StepStarted,
     StepSucceeded,
@@ -62,6 +67,21 @@ class MessageKind(enum.Enum):
         return self in (MessageKind.EXECUTE, MessageKind.COMPENSATE)
 
 
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A parallel group as drawn: its members are the consecutive steps `start` .. `last`."""
+
+    start: int
+    size: int
+
+    @property
+    def last(self) -> int:
+        return self.start + self.size - 1
+
+    def __contains__(self, step: object) -> bool:
+        return isinstance(step, int) and self.start <= step <= self.last
+
+
 class Message(NamedTuple):
     """One arrow, with what its label needs: timing, attempt and (secret-scrubbed) error.
 
@@ -87,7 +107,8 @@ class SequenceModel:
 
     `rollback_at` is the number of messages drawn before the rollback box (``None`` while the run
     has not failed). Times are on the engine's loop clock; `elapsed` is from start to last event.
-    `report` is the run's report once it finished (``None`` before).
+    `report` is the run's report once it finished (``None`` before). `groups` are the parallel
+    groups seen so far, in step order; `dynamic` says the run announced no steps when it started.
     """
 
     run_id: str
@@ -105,10 +126,24 @@ class SequenceModel:
     failure: FailureKind | None = None
     cause: ErrorInfo | None = None
     report: SagaReport | None = None
+    groups: tuple[Group, ...] = ()
+    dynamic: bool = False
 
     @property
     def finished(self) -> bool:
         return self.status.is_final
+
+    @property
+    def requested(self) -> bool:
+        """The saga's own code asked for its rollback (`Saga.rollback(reason)`): nothing failed."""
+        return self.failure is FailureKind.REQUESTED
+
+    def group_of(self, step: int) -> Group | None:
+        """The parallel group `step` is a member of, if any."""
+        for group in self.groups:
+            if step in group:
+                return group
+        return None
 
     @property
     def has_deadline(self) -> bool:
@@ -142,8 +177,10 @@ class SequenceBuilder:
         "_cause",
         "_count",
         "_deadline",
+        "_dynamic",
         "_failed_step",
         "_failure",
+        "_groups",
         "_lanes",
         "_last",
         "_messages",
@@ -159,7 +196,9 @@ class SequenceBuilder:
     def __init__(self) -> None:
         self._run_id = ""
         self._saga = ""
-        self._steps: tuple[str, ...] = ()
+        self._steps: list[str] = []
+        self._groups: list[Group] = []
+        self._dynamic = False
         self._status = SagaStatus.RUNNING
         self._lanes: list[LaneState] = []
         self._messages: list[Message] = []
@@ -191,7 +230,8 @@ class SequenceBuilder:
         if isinstance(event, SagaStarted):
             if self._run_id:
                 return False
-            self._run_id, self._saga, self._steps = event.run_id, event.saga, event.steps
+            self._run_id, self._saga, self._steps = event.run_id, event.saga, list(event.steps)
+            self._dynamic = not event.steps
             self._lanes = [LaneState.PENDING] * len(event.steps)
             self._started = self._last = event.time
             self._deadline = event.deadline
@@ -207,7 +247,35 @@ class SequenceBuilder:
     def _fold(self, event: SagaEvent) -> None:
         _FOLDERS[type(event)](self, event)
 
+    def _learn(self, event: StepEvent) -> None:
+        """Give `event`'s step a lane if it has none yet (a dynamic saga's), and note its group."""
+        index = event.index
+        if index >= len(self._steps):
+            missing = index + 1 - len(self._steps)
+            self._steps += [""] * missing
+            self._lanes += [LaneState.PENDING] * missing
+        if not self._steps[index]:
+            self._steps[index] = event.step
+        start = event.group
+        if start is None:
+            return
+        size = index - start + 1
+        last = self._groups[-1] if self._groups else None
+        if last is not None and last.start == start:
+            if size > last.size:
+                self._groups[-1] = Group(start, size)
+        else:
+            self._groups.append(Group(start, size))
+
     def _step_started(self, event: StepStarted) -> None:
+        self._learn(event)
+        if self._status is SagaStatus.COMPENSATING and self._rollback_at is None:
+            failed = self._failed_step
+            group = self._group_of(failed) if failed is not None else None
+            if group is None or event.index not in group:
+                # The saga's code caught the failure and went on: it was no rollback after all.
+                self._status = SagaStatus.RUNNING
+                self._failed_step, self._failure, self._cause = None, None, None
         self._lanes[event.index] = LaneState.RUNNING
         self._messages.append(Message(event.seq, event.time, MessageKind.EXECUTE, event.index))
 
@@ -249,6 +317,7 @@ class SequenceBuilder:
         self._fail(event.index, FailureKind.TIMEOUT, event.error)
 
     def _compensation_started(self, event: CompensationStarted) -> None:
+        self._learn(event)
         self._enter_rollback()
         self._lanes[event.index] = LaneState.COMPENSATING
         self._messages.append(
@@ -288,20 +357,40 @@ class SequenceBuilder:
 
     def _committed(self, event: SagaCommitted) -> None:
         self._status = event.status
-        # The event carries no report: a committed run's is every step, succeeded.
-        self._report = SagaReport(self._run_id, self._saga, event.status, self._steps, succeeded=self._steps)
+        # The event carries no report: a committed run's is every step that succeeded (all of a
+        # list saga's; a dynamic saga may have caught a failure and gone on).
+        steps = tuple(self._steps)
+        succeeded = tuple(
+            name for name, lane in zip(steps, self._lanes, strict=True) if lane is LaneState.SUCCEEDED
+        )
+        self._report = SagaReport(self._run_id, self._saga, event.status, steps, succeeded=succeeded)
+        self._failed_step, self._failure, self._cause = None, None, None
 
     def _rolled_back(self, event: SagaRolledBackEvent | SagaStuck) -> None:
         self._enter_rollback()
-        self._report = event.report
+        report = self._report = event.report
         self._status = event.status
-        if self._cause is None:
-            # Failed between steps (a sink or journal error): only the report knows why.
-            self._failure, self._cause = event.report.failure_kind, event.report.cause
+        # The report says why, whatever the events suggested: a group's first failure, not the
+        # siblings it cancelled; a failure between steps (a sink or journal error); a requested rollback.
+        if report.failure_kind is not None or report.cause is not None:
+            self._failure, self._cause = report.failure_kind, report.cause
+            named, index = report.failed_step, self._failed_step
+            if index is None or self._steps[index] != named:
+                self._failed_step = self._steps.index(named) if named in self._steps else None
 
     def _fail(self, index: int, kind: FailureKind, error: ErrorInfo) -> None:
+        if self._status is SagaStatus.COMPENSATING:
+            return  # a sibling cancelled by the group's first failure, which stays the cause
         self._failed_step, self._failure, self._cause = index, kind, error
-        self._enter_rollback()
+        # Rolling back from here on, unless the saga's code goes on (`_step_started`); the rollback
+        # box opens at the first compensation, after the failed group's members have all settled.
+        self._status = SagaStatus.COMPENSATING
+
+    def _group_of(self, step: int) -> Group | None:
+        for group in self._groups:
+            if step in group:
+                return group
+        return None
 
     def _enter_rollback(self) -> None:
         if self._rollback_at is None:
@@ -315,7 +404,7 @@ class SequenceBuilder:
         return SequenceModel(
             run_id=self._run_id,
             saga=self._saga,
-            steps=self._steps,
+            steps=tuple(self._steps),
             status=self._status,
             lanes=tuple(self._lanes),
             messages=tuple(self._messages),
@@ -328,6 +417,8 @@ class SequenceBuilder:
             failure=self._failure,
             cause=self._cause,
             report=self._report,
+            groups=tuple(self._groups),
+            dynamic=self._dynamic,
         )
 
 

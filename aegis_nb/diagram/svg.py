@@ -8,6 +8,12 @@ share an id; names and error text are escaped, and made valid XML text with thei
 characters shown as escapes (see `esc`). An arrow label too long for its arrow goes on to a second
 line at a " · " or " (budget" boundary, its row a line taller (`_Drawing._label`). Huge runs are
 folded by `layout`.
+
+A parallel group's members, adjacent lanes, stand side by side inside one labelled frame
+(``∥ parallel · steps 2–3``) from their heads down; each run of the group's rows is framed too, as
+Mermaid frames a ``par`` block, tabbed ``par`` (or ``one at a time`` for members undone one by one).
+A rollback the saga's code asked for is stated under the headline, in the rollback's colour, not
+as an error.
 """
 
 from __future__ import annotations
@@ -19,9 +25,18 @@ from dataclasses import dataclass
 from html import escape
 
 from aegis_nb.diagram import labels
-from aegis_nb.diagram.layout import DEFAULT_MAX_LANES, DEFAULT_MAX_ROWS, Lane, LaneKind, Row, RowKind, layout
+from aegis_nb.diagram.layout import (
+    DEFAULT_MAX_LANES,
+    DEFAULT_MAX_ROWS,
+    GroupSpan,
+    Lane,
+    LaneKind,
+    Row,
+    RowKind,
+    layout,
+)
 from aegis_nb.diagram.metrics import fit, text_width, wrap
-from aegis_nb.diagram.model import LaneState, MessageKind, SequenceModel
+from aegis_nb.diagram.model import Group, LaneState, MessageKind, SequenceModel
 from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable, printable_line
 from aegis_nb.kernel.report import SagaStatus
@@ -90,6 +105,10 @@ MIN_WIDTH = 600
 FEET_AFTER_ROWS = 16  # taller diagrams repeat the lane heads at the bottom, as mermaid does
 ROLLBACK_LEFT = PAD + GUTTER - 8  # the rollback box's left edge, just right of the row times
 WIDE_LANES = 7  # wider diagrams name the step in each label and set it by the step's end
+
+GROUP_BAND = 20  # room above the lane heads for a parallel group's frame label
+GROUP_INK = "#475569"
+GROUP_STROKE = "#94a3b8"
 
 LABEL_LINE_H = 15  # a wrapped arrow label's second line, added to its row's height
 LABEL_INSET = 10  # room an arrow label leaves at each end of its arrow, clear of the activation bars
@@ -177,7 +196,9 @@ class _Drawing:
         )
         self.lane_w = min(MAX_LANE_W, max(MIN_LANE_W, round(longest + 30)))
         self.cause = labels.cause_line(model)
-        self.head_top = PAD + (74 if self.cause else 54)
+        self.requested = labels.requested_line(model)
+        noted = self.cause is not None or self.requested is not None
+        self.head_top = PAD + (74 if noted else 54) + (GROUP_BAND if model.groups else 0)
         self.rows_top = self.head_top + HEAD_H + 16
         self.width = max(MIN_WIDTH, 2 * PAD + GUTTER + len(self.plan.lanes) * self.lane_w)
         self.wide = len(self.plan.lanes) > WIDE_LANES
@@ -265,6 +286,7 @@ class _Drawing:
             self._defs(),
             f'<rect width="{self.width}" height="{self.height}" rx="12" fill="#ffffff" stroke="#e2e8f0"/>',
             *self._header(),
+            *self._group_frames(),
             *self._lifelines(),
             *self._body(),
             *self._footer(),
@@ -306,7 +328,63 @@ class _Drawing:
                 f'<text x="{PAD}" y="{PAD + 62}" font-size="13" font-weight="600" fill="#b91c1c">'
                 f"{esc(fit('✗ ' + self.cause, self.width - 2 * PAD, 13, bold=True))}</text>"
             )
+        if self.requested:
+            out.append(
+                f'<text class="aegis-requested" x="{PAD}" y="{PAD + 62}" font-size="13" font-weight="600" '
+                f'fill="{ARROW_COLOURS[MessageKind.COMPENSATED]}">'
+                f"{esc(fit('⟲ ' + self.requested, self.width - 2 * PAD, 13, bold=True))}</text>"
+            )
         return out
+
+    def _group_lanes(self, group: Group) -> tuple[int, int] | None:
+        """The first and last lane that draw `group`'s members (``None``: none is drawn)."""
+        drawn = [
+            i
+            for i, lane in enumerate(self.plan.lanes)
+            if lane.kind is not LaneKind.ENGINE and lane.first <= group.last and lane.last >= group.start
+        ]
+        return (drawn[0], drawn[-1]) if drawn else None
+
+    def _group_frames(self) -> list[str]:
+        """Behind the lifelines: a labelled frame around each group's lanes, heads to bottom."""
+        out: list[str] = []
+        for group in self.model.groups:
+            lanes = self._group_lanes(group)
+            if lanes is None:
+                continue
+            left = self.x(lanes[0]) - self.lane_w / 2 + 3
+            right = self.x(lanes[1]) + self.lane_w / 2 - 3
+            top = self.head_top - GROUP_BAND
+            label = labels.group_label(group)
+            shown = fit(label, right - left - 16, 11, bold=True)
+            out.append(
+                f'<g class="aegis-group" data-start="{group.start}" data-size="{group.size}">'
+                f"<title>{esc(label)}</title>"
+                f'<rect x="{left:.1f}" y="{top}" width="{right - left:.1f}" height="{self.bottom - top + 4}" '
+                f'rx="10" fill="#f1f5f9" fill-opacity="0.7" stroke="{GROUP_STROKE}" stroke-width="1.2" '
+                f'stroke-dasharray="6 3"/><text x="{left + 8:.1f}" y="{top + 14}" font-size="11" '
+                f'font-weight="700" fill="{GROUP_INK}">{esc(shown)}</text></g>'
+            )
+        return out
+
+    def _span_frame(self, span: GroupSpan) -> str:
+        """A frame around a run of a group's rows, from the engine to the group's last lane (a ``par``)."""
+        lanes = self._group_lanes(span.group)
+        last_lane = lanes[1] if lanes is not None else len(self.plan.lanes) - 1
+        left = PAD + GUTTER + 2
+        right = self.x(last_lane) + self.lane_w / 2 - 8
+        top = self.row_tops[span.first] + 1
+        bottom = self.row_tops[span.last] + ROW_H + _extra_height(self.labels[span.last]) - 5
+        tab = "∥ par" if span.concurrent else "∥ one at a time"
+        label = labels.group_label(span.group, concurrent=span.concurrent)
+        return (
+            f'<g class="aegis-par" data-start="{span.group.start}" '
+            f'data-concurrent="{str(span.concurrent).lower()}"><title>{esc(label)}</title>'
+            f'<rect x="{left}" y="{top}" width="{right - left:.1f}" height="{bottom - top}" rx="6" '
+            f'fill="none" stroke="{GROUP_STROKE}" stroke-width="1.2"/>'
+            f'<text x="{left + 6}" y="{top + 12}" font-size="10.5" font-weight="700" fill="{GROUP_INK}" '
+            f'paint-order="stroke" stroke="#ffffff" stroke-width="3">{esc(tab)}</text></g>'
+        )
 
     def _lifelines(self) -> list[str]:
         """Dashed lifelines under a head per lane; long diagrams repeat the heads at the bottom."""
@@ -368,8 +446,9 @@ class _Drawing:
                     compensations += row.message.kind is MessageKind.COMPENSATE
                 else:
                     compensations += dict(row.kinds).get(MessageKind.COMPENSATE, 0)
+        frames = [self._span_frame(span) for span in self.plan.spans]
         if rollback_top is None:
-            return [*self._activations(), *out]
+            return [*frames, *self._activations(), *out]
         top = rollback_top
         box = (
             f'<rect class="aegis-rollback-box" x="{ROLLBACK_LEFT}" y="{top - 6}" '
@@ -381,6 +460,7 @@ class _Drawing:
         # Under everything: the box, then the activation bars, then arrows and their labels.
         return [
             box,
+            *frames,
             *self._activations(),
             *out,
             f'<g class="aegis-rollback" data-compensations="{compensations}">',

@@ -1,7 +1,8 @@
 """The sequence diagram as plain text: for terminals, logs, `make demo` and `text/plain` bundles.
 
 One line per arrow, with its time since the start, the step it goes to and what it says; the
-rollback rows sit inside a bracket. Folds huge runs exactly as the SVG does. Names and error text
+rollback rows sit inside a bracket, and a parallel group's rows inside a double one headed by the
+group (``╓ ∥ parallel · steps 2–3``). Folds huge runs exactly as the SVG does. Names and error text
 are shown as printable lines (`printable_line`): an escape sequence in a tool's error cannot clear
 the screen or overwrite a row, nor a newline start a fake one.
 """
@@ -39,16 +40,30 @@ def render_text(
     cause = labels.cause_line(model)
     if cause:
         lines.append(f"✗ {cause}")
+    requested = labels.requested_line(model)
+    if requested:
+        lines.append(f"⟲ {requested}")
     lines.append("")
     names = [_lane_name(model, plan, row) for row in plan.rows]
     width = max((len(name) for name in names), default=0)
+    starts = {span.first: span for span in plan.spans}
+    ends = {span.last for span in plan.spans}
+    # Rows of a group are marked in a column of their own, there only when the run has groups.
+    margin = "  " if plan.spans else ""
     bar = "  "
-    for row, name in zip(plan.rows, names, strict=True):
+    for index, (row, name) in enumerate(zip(plan.rows, names, strict=True)):
         if row.kind is RowKind.ROLLBACK:
             lines.append(f"┌─ ⟲ {phrases.ROLLBACK_TRIGGERED}")
             bar = "│ "
             continue
-        lines.append(f"{bar}{_row(model, row, name, width)}".rstrip())
+        span = starts.get(index)
+        if span is not None:
+            lines.append(f"{bar}╓ {labels.group_label(span.group, concurrent=span.concurrent)}")
+            margin = "║ "
+        lines.append(f"{bar}{margin}{_row(model, row, name, width)}".rstrip())
+        if index in ends:
+            lines.append(f"{bar}╙")
+            margin = "  "
     if bar != "  ":
         lines.append("└─")
     lines.append(printable_line(labels.summary(model)))

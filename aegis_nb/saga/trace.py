@@ -3,6 +3,11 @@
 Names and error text are the user's or an upstream tool's, and may hold newlines (a validation
 error, a traceback), lone surrogates (undecodable bytes from ``os.fsdecode``) or escape sequences
 that would drive the terminal: `_flat` puts them on one printable line (`printable_line`).
+
+A member of a parallel group is marked with its place, ``[parallel 2.1]``: the group that starts at
+step 2 (steps numbered from 1, as in the diagrams), member 1. Members' events interleave, so each
+line says whose it is. A dynamic saga names no steps when it starts; a rollback its code asked for
+(`Saga.rollback(reason)`) ends ``rolled back (requested) in 50.0 ms: <reason> — rolled back: …``.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import math
 
 from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable_line
+from aegis_nb.kernel.report import FailureKind
 from aegis_nb.saga.events import (
     CompensationFailed,
     CompensationStarted,
@@ -20,6 +26,7 @@ from aegis_nb.saga.events import (
     SagaRolledBackEvent,
     SagaStarted,
     SagaStuck,
+    StepEvent,
     StepFailed,
     StepStarted,
     StepSucceeded,
@@ -36,38 +43,50 @@ def _flat(text: object) -> str:
     return printable_line(str(text))
 
 
+def _step(event: StepEvent) -> str:
+    """The step's name, after its place in its parallel group if it is a member."""
+    name = _flat(event.step)
+    if event.group is None:
+        return name
+    return f"[parallel {event.group + 1}.{event.index - event.group + 1}] {name}"
+
+
 def describe(event: SagaEvent) -> str:
     """A one-line, secret-free description of `event`, in the words of `phrases`."""
     match event:
         case SagaStarted():
             limit = phrases.NO_DEADLINE if event.deadline == math.inf else phrases.DEADLINE_SET
-            steps = " -> ".join(map(_flat, event.steps))
+            # A dynamic saga's steps are added as it runs: none is known yet.
+            steps = " -> ".join(map(_flat, event.steps)) or "steps added as it runs"
             return f"saga {_flat(event.saga)} {phrases.STARTED}: {steps} ({limit})"
         case StepStarted():
-            return f"  -> {_flat(event.step)}.{phrases.EXECUTE}"
+            return f"  -> {_step(event)}.{phrases.EXECUTE}"
         case StepSucceeded():
-            return f"  <- {_flat(event.step)} {phrases.OK} ({_ms(event.duration)})"
+            return f"  <- {_step(event)} {phrases.OK} ({_ms(event.duration)})"
         case StepFailed():
             error = _flat(event.error)
-            return f"  x  {_flat(event.step)} {event.kind.value}: {error} ({_ms(event.duration)})"
+            return f"  x  {_step(event)} {event.kind.value}: {error} ({_ms(event.duration)})"
         case StepTimedOut():
             took, budget = _ms(event.duration), _ms(event.budget)
-            return f"  x  {_flat(event.step)} {phrases.TIMED_OUT} after {took} ({phrases.BUDGET} {budget})"
+            return f"  x  {_step(event)} {phrases.TIMED_OUT} after {took} ({phrases.BUDGET} {budget})"
         case CompensationStarted():
             again = f" (attempt {event.attempt})" if event.attempt > 1 else ""
-            return f"  <~ {_flat(event.step)}.{phrases.COMPENSATE}{again}"
+            return f"  <~ {_step(event)}.{phrases.COMPENSATE}{again}"
         case CompensationSucceeded():
             undone = phrases.NOTHING_TO_UNDO if event.nothing_to_undo else phrases.UNDONE
-            return f"  ~> {_flat(event.step)} {undone} ({_ms(event.duration)})"
+            return f"  ~> {_step(event)} {undone} ({_ms(event.duration)})"
         case CompensationFailed():
             then = phrases.WILL_RETRY if event.will_retry else phrases.GIVING_UP
             failed = phrases.COMPENSATION_FAILED
-            return f"  !! {_flat(event.step)} {failed}: {_flat(event.error)} ({then})"
+            return f"  !! {_step(event)} {failed}: {_flat(event.error)} ({then})"
         case SagaCommitted():
             return f"saga {_flat(event.saga)} {phrases.COMMITTED} in {_ms(event.duration)}"
         case SagaRolledBackEvent():
+            # A rollback the saga's code asked for is marked so; its reason leads the summary.
+            asked = event.report.failure_kind is FailureKind.REQUESTED
+            how = f" ({FailureKind.REQUESTED.value})" if asked else ""
             summary = _flat(event.report.summary())
-            return f"saga {_flat(event.saga)} {phrases.ROLLED_BACK} in {_ms(event.duration)}: {summary}"
+            return f"saga {_flat(event.saga)} {phrases.ROLLED_BACK}{how} in {_ms(event.duration)}: {summary}"
         case SagaStuck():
             summary = _flat(event.report.summary())
             return f"saga {_flat(event.saga)} {phrases.STUCK.upper()} after {_ms(event.duration)}: {summary}"
