@@ -12,9 +12,11 @@ world holding exactly what the outcome says, nothing undone twice.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -23,6 +25,9 @@ from aegis_nb.kernel.errors import SagaFailed
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.saga.definition import SagaEntry
 from aegis_nb.saga.durable import SqliteJournal, StepNotRecoverable, plan_recovery, read_run, read_runs
+from aegis_nb.saga.durable.codec import RecordError, dumps
+from aegis_nb.saga.durable.locator import LocatorKind, StepLocator
+from aegis_nb.saga.durable.steprecord import StepRecord
 from aegis_nb.saga.events import (
     CompensationSucceeded,
     SagaCommitted,
@@ -365,3 +370,23 @@ async def test_a_dynamic_step_recovery_could_not_rebuild_is_refused_before_it_ru
     assert "step 'Stray' (saga entry 1)" in str(failure.value.__cause__)
     assert world.done == {f"{RUN}/0": 1}  # Stray never ran; A was undone
     assert world.live == {}
+
+
+def test_a_members_record_keeps_its_group_and_a_lone_steps_record_is_written_as_before() -> None:
+    locator = StepLocator(LocatorKind.NAME, "B", {})
+    lone = StepRecord(1, "B", locator, ("b",), MappingProxyType({}), None, None, True)
+    member = dataclasses.replace(lone, group=StepGroup(1, 2, CompensationOrder.REVERSE_START))
+    assert dumps(lone.to_json()) == (
+        '{"index":1,"name":"B","locator":{"by":"name","target":"B"},"args":["b"],'
+        '"kwargs":{},"timeout":null,"retry":null,"in_doubt":true}'
+    )
+    assert member.to_json() == {
+        **lone.to_json(),
+        "group": {"start": 1, "size": 2, "compensation": "reverse_start"},
+    }
+    assert StepRecord.from_json(member.to_json(), 1) == member
+    assert StepRecord.from_json(lone.to_json(), 1) == lone
+    with pytest.raises(RecordError, match="step 1 has a malformed parallel group"):
+        StepRecord.from_json(
+            {**lone.to_json(), "group": {"start": 2, "size": 2, "compensation": "concurrent"}}, 1
+        )

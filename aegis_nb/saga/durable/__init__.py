@@ -9,6 +9,10 @@ rolls back what a crash left half done. A run starts only if recovery could rebu
 - steps holding clients or connections are registered: ``SqliteJournal(path, steps=[...])``;
 - saga arguments must be JSON data, and secrets travel in the context, where they are redacted.
 
+Both shapes of saga are journaled: a list's steps are checked when it starts, a dynamic saga's
+(``async with engine.saga(ctx) as saga``) each as it is added, before it runs; parallel groups too.
+``aegis-nb runs --prune BEFORE`` (`prune_runs`) deletes finished runs older than a date.
+
 Mark a step ``in_doubt = True`` when its effect may land before its outcome is recorded (a booking
 whose answer never came): recovery then undoes it by its idempotency key even if it was in flight.
 Part of the saga layer: it imports the kernel and the standard library only (``sqlite3``).

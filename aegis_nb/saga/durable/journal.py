@@ -18,7 +18,9 @@ any case (that is what ``in_doubt`` is for); a lost compensation start only mean
 runs again, as it may anyway. A power loss loses a tail of commits, never a middle (SQLite's log
 is checksummed), and the next sync makes every earlier commit durable. So a process kill loses
 only queued events; a power loss also loses committed ones since the last sync. A single saga of
-n plain steps pays n syncs (n - 1 successes and its end) and n + 1 commits.
+n plain steps pays n syncs (n - 1 successes and its end) and n + 1 commits. A dynamic saga (steps
+added as it runs, `add_steps`) pays one more: no step is known to be its last, so every success is
+synced; each step's record rides along with the write before its first event.
 
 A lone run writes on the event loop: one commit, synced or not, costs less than the two thread
 hand-offs (~0.1 ms each on the machines here) it would otherwise need. As soon as a second run
