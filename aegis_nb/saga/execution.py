@@ -53,6 +53,10 @@ from aegis_nb.saga.rollback import Owed, OwedCompensation, OwedGroup, conclude_r
 _Reason: TypeAlias = Callable[[], "str | None"]
 """Why a step was cancelled, when something other than its caller did it (None: its caller)."""
 
+CANCELLED = ErrorInfo("CancelledError", "cancelled by its caller")
+"""A cancellation as a cause: the same words on asyncio and trio, none of the backend's internals
+(a cancel scope's address, a task's repr and source path) that its message holds."""
+
 REQUESTED = "RollbackRequested"
 """The type name a rollback the saga's own code asked for is reported under."""
 
@@ -224,11 +228,12 @@ class Execution:
         recorder = self.recorder
         kind = classify(exc)
         reason = why_cancelled() if why_cancelled is not None and kind is FailureKind.CANCELLED else None
-        cause = (
-            ErrorInfo("Cancelled", reason)
-            if reason is not None
-            else ErrorInfo.from_exception(exc, self.secrets_held(step_input))
-        )
+        if reason is not None:
+            cause = ErrorInfo("CancelledError", reason)
+        elif kind is FailureKind.CANCELLED:
+            cause = CANCELLED
+        else:
+            cause = ErrorInfo.from_exception(exc, self.secrets_held(step_input))
         duration = recorder.clock() - started
         header = recorder.header()
         if isinstance(exc, ToolTimeoutError):
@@ -291,6 +296,8 @@ class Execution:
         secrets = self.secrets_held(self.context)
         if self.failure is not None and self.failure[0] is exc:
             cause = self.failure[1]
+        elif kind is FailureKind.CANCELLED:
+            cause = CANCELLED
         else:
             cause = ErrorInfo.from_exception(exc, secrets)
         report = await run_shielded(self._roll_back(kind, cause, secrets))
