@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeAlias
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy as TemporalRetryPolicy
@@ -51,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         StepSucceeded,
         StepTimedOut,
     )
+    from aegis_nb.saga.parallel import CompensationOrder, StepGroup, merge_outputs
     from aegis_nb.saga.recorder import RunRecorder
     from aegis_nb.saga.rollback import conclude_rollback
     from aegis_nb.temporal.failures import StepError, describe, step_error
@@ -115,6 +117,26 @@ class SagaWorkflow:
         return await _Run(plan, recorder, started).run(initial)
 
 
+Owed: TypeAlias = "tuple[StepRecord, AegisContext] | _OwedGroup"
+"""What the rollback undoes: one step with the context its compensation gets, or a group's members."""
+
+
+@dataclass(frozen=True, slots=True)
+class _OwedGroup:
+    """A parallel group's owed members in start order, compensated as `order` says."""
+
+    members: tuple[tuple[StepRecord, AegisContext], ...]
+    order: CompensationOrder
+
+
+class _GroupFailed(Exception):
+    """A parallel group failed; its members' events are recorded already. `error`: the saga's failure."""
+
+    def __init__(self, error: StepError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class _Run:
     """The forward phase, then commit or rollback (the engine's `Execution`, on workflow time)."""
 
@@ -122,7 +144,7 @@ class _Run:
         self.plan = plan
         self.recorder = recorder
         self.started = started
-        self.snapshots: list[AegisContext] = []
+        self.owed: list[Owed] = []  # oldest first
         self.cancel_seen = False
 
     async def run(self, current: AegisContext) -> dict[str, Any]:
@@ -136,23 +158,19 @@ class _Run:
         running: StepRecord | None = None
         step_input, step_started = current, workflow.time()
         try:
-            for step in plan.steps:
+            for entry in _entries(plan.steps):
+                if entry[0].group is not None:
+                    current = await self._run_group(entry, current)
+                    continue
+                (step,) = entry
                 step_input = restamp(current, current.deadline, recorder.run_id, step.index)
                 step_started = workflow.time()
-                limit = current.deadline
-                if step.timeout is not None:
-                    limit = min(limit, step_started + step.timeout)
-                # Refused before it starts, as the engine does: not the failed step, and owed no
-                # compensation even if in doubt. The error says so, for the report's summary.
-                if step_started >= limit:
-                    raise ToolTimeoutError(step.name, limit - step_started, "; it was not run")
-                if workflow.cancellation_reason() is not None:
-                    raise asyncio.CancelledError  # requested between steps: the next one is not run
+                limit = self._limit(step, step_input, step_started)
                 running = step
                 await recorder.record(StepStarted(*recorder.header(), index=step.index, step=step.name))
                 result = await self._execute(step, step_input, limit, step_started)
                 current = self._accept(step_input, result)
-                self.snapshots.append(current)
+                self.owed.append((step, current))
                 running = None
                 now = workflow.time()
                 duration = now - step_started
@@ -173,8 +191,102 @@ class _Run:
         )
         return _outcome(recorder)
 
+    def _limit(self, step: StepRecord, step_input: AegisContext, step_started: float) -> float:
+        """When `step`, starting now, is cut off; a step refused before it starts raises, as in the engine.
+
+        Refused: not the failed step, and owed no compensation even if in doubt. The error says so,
+        for the report's summary.
+        """
+        limit = step_input.deadline
+        if step.timeout is not None:
+            limit = min(limit, step_started + step.timeout)
+        if step_started >= limit:
+            raise ToolTimeoutError(step.name, limit - step_started, "; it was not run")
+        if workflow.cancellation_reason() is not None:
+            raise asyncio.CancelledError  # requested between steps: the next one is not run
+        return limit
+
+    async def _run_group(self, members: tuple[StepRecord, ...], start: AegisContext) -> AegisContext:
+        """A parallel group's members as concurrent activities on `start`; the merged output.
+
+        As the engine's `Execution.run_group`: the first member to fail cancels the others and the
+        group waits for them to settle; each member is recorded as it settles; the group owes the
+        members that succeeded and the in-doubt ones that failed (in start order), then the first
+        failure is the saga's. Two members writing one key differently fail the group.
+        """
+        recorder = self.recorder
+        group = members[0].group
+        assert group is not None
+        owed: list[tuple[StepRecord, AegisContext]] = []
+        outputs: dict[int, AegisContext] = {}
+        failed: list[StepError] = []
+        handles: dict[int, workflow.ActivityHandle[Any]] = {}
+
+        async def member(step: StepRecord) -> None:
+            step_input = restamp(start, start.deadline, recorder.run_id, step.index)
+            started = workflow.time()
+            began = False
+            try:
+                limit = self._limit(step, step_input, started)
+                await recorder.record(
+                    StepStarted(*recorder.header(), index=step.index, step=step.name, group=group.start)
+                )
+                began = True
+                result = await self._execute(
+                    step, step_input, limit, started, on_start=partial(handles.__setitem__, step.index)
+                )
+                output = self._accept(step_input, result)
+            except (Exception, asyncio.CancelledError) as exc:
+                handles.pop(step.index, None)
+                error = describe(exc)
+                if error.kind is FailureKind.CANCELLED and failed and workflow.cancellation_reason() is None:
+                    # Cut off by a sibling's failure: named so, and not the saga's failure.
+                    error = StepError(ErrorInfo("CancelledError", _sibling(failed[0])), FailureKind.CANCELLED)
+                else:
+                    failed.append(error)
+                    for handle in handles.values():  # the group's failure: cancel the others
+                        if not handle.done():
+                            handle.cancel()
+                if began:  # a member refused before it started is neither recorded nor owed
+                    if (step.in_doubt and not error.info.refused) or error.lost:
+                        owed.append((step, step_input))
+                    await self._record_failure(step, started, error, group.start)
+                return
+            handles.pop(step.index, None)
+            outputs[step.index] = output
+            owed.append((step, output))
+            await recorder.record(
+                StepSucceeded(
+                    *recorder.header(),
+                    index=step.index,
+                    step=step.name,
+                    duration=workflow.time() - started,
+                    context=output,
+                    group=group.start,
+                )
+            )
+
+        try:
+            await asyncio.gather(*(member(step) for step in members))
+        finally:
+            if owed:
+                owed.sort(key=lambda item: item[0].index)
+                self.owed.append(_OwedGroup(tuple(owed), group.compensation))
+        if failed:
+            raise _GroupFailed(failed[0])
+        ordered = [outputs[step.index] for step in members]
+        try:
+            return merge_outputs(start, ordered, [step.name for step in members])
+        except Exception as exc:
+            raise _GroupFailed(describe(exc)) from None
+
     async def _execute(
-        self, step: StepRecord, ctx: AegisContext, limit: float, step_started: float
+        self,
+        step: StepRecord,
+        ctx: AegisContext,
+        limit: float,
+        step_started: float,
+        on_start: Callable[[workflow.ActivityHandle[Any]], object] | None = None,
     ) -> AegisContext:
         call = StepCall(step.name, step.locator, step.args, step.kwargs, ctx, _finite(limit))
         # Without a deadline an attempt gets a day; with one, the server's backstop is the limit plus
@@ -196,6 +308,8 @@ class _Run:
             start_to_close_timeout=per_attempt,
             schedule_to_close_timeout=overall,
         )
+        if on_start is not None:
+            on_start(handle)
         try:
             result = await self._cancelling(handle)
         except ActivityError as exc:
@@ -219,40 +333,19 @@ class _Run:
         step_started: float,
     ) -> dict[str, Any]:
         recorder, plan = self.recorder, self.plan
-        error = describe(exc)
+        if isinstance(exc, _GroupFailed):  # its members are recorded, and their debts noted
+            error, failed = exc.error, None
+        else:
+            error = describe(exc)
         kind, cause = error.kind, error.info
         if kind is FailureKind.CANCELLED:
             self.cancel_seen = True
-        owed = list(zip(reversed(plan.steps[: len(self.snapshots)]), reversed(self.snapshots), strict=True))
         if failed is not None:
-            duration = workflow.time() - step_started
-            if kind is FailureKind.TIMEOUT:
-                budget = duration if error.budget is None else error.budget
-                await recorder.record(
-                    StepTimedOut(
-                        *recorder.header(),
-                        index=failed.index,
-                        step=failed.name,
-                        duration=duration,
-                        budget=budget,
-                        error=cause,
-                    )
-                )
-            else:
-                await recorder.record(
-                    StepFailed(
-                        *recorder.header(),
-                        index=failed.index,
-                        step=failed.name,
-                        duration=duration,
-                        kind=kind,
-                        error=cause,
-                    )
-                )
+            await self._record_failure(failed, step_started, error, None)
             # A refusal is the tool's word that this attempt did not act; a lost attempt may have.
             if (failed.in_doubt and not cause.refused) or error.lost:
-                owed.insert(0, (failed, step_input))
-        await self._roll_back(owed)
+                self.owed.append((failed, step_input))
+        await self._roll_back(reversed(self.owed))
         await conclude_rollback(recorder, plan.saga, self.started, kind, cause)
         outcome = _outcome(recorder)
         if self.cancel_seen or workflow.cancellation_reason() is not None:
@@ -261,54 +354,106 @@ class _Run:
             raise CancelledError("the saga was cancelled; its completed steps were rolled back")
         return outcome
 
-    async def _roll_back(self, owed: list[tuple[StepRecord, AegisContext]]) -> None:
-        """Compensate `owed` in order, each attempt an activity, retried per its policy (`saga.rollback`)."""
-        recorder, budget = self.recorder, self.plan.compensation_budget
-        for step, snapshot in owed:
-            policy = step.retry or self.plan.compensation_retry
-            delays = policy.delays()
-            attempt = 1
-            while True:
-                now = workflow.time()
-                ctx = restamp(snapshot, now + budget, snapshot.run_id, snapshot.step_index)
-                await recorder.record(
-                    CompensationStarted(*recorder.header(), index=step.index, step=step.name, attempt=attempt)
+    async def _record_failure(
+        self, step: StepRecord, step_started: float, error: StepError, group: int | None
+    ) -> None:
+        """Record how `step`'s execute failed: timed out, or failed (`group`: its group's first index)."""
+        recorder = self.recorder
+        duration = workflow.time() - step_started
+        if error.kind is FailureKind.TIMEOUT:
+            budget = duration if error.budget is None else error.budget
+            await recorder.record(
+                StepTimedOut(
+                    *recorder.header(),
+                    index=step.index,
+                    step=step.name,
+                    duration=duration,
+                    budget=budget,
+                    error=error.info,
+                    group=group,
                 )
-                try:
-                    result = await self._shielded(partial(self._compensate, step, ctx, budget))
-                except ActivityError as exc:
-                    error = self._step_error(exc, step.name, budget).info
-                    will_retry = attempt < policy.attempts
-                    await recorder.record(
-                        CompensationFailed(
-                            *recorder.header(),
-                            index=step.index,
-                            step=step.name,
-                            attempt=attempt,
-                            duration=workflow.time() - now,
-                            error=error,
-                            will_retry=will_retry,
-                        )
-                    )
-                    if not will_retry:
-                        break
-                    delay = next(delays)
-                    if delay > 0:  # a durable timer, so a backoff survives a worker restart
-                        await self._shielded(partial(workflow.sleep, delay))
-                    attempt += 1
-                    continue
+            )
+        else:
+            await recorder.record(
+                StepFailed(
+                    *recorder.header(),
+                    index=step.index,
+                    step=step.name,
+                    duration=duration,
+                    kind=error.kind,
+                    error=error.info,
+                    group=group,
+                )
+            )
+
+    async def _roll_back(self, owed: Iterable[Owed]) -> None:
+        """Compensate `owed` in order (`saga.rollback`): a group's members together, each with its own
+        retries, or one by one newest start first, as the group says."""
+        for item in owed:
+            if not isinstance(item, _OwedGroup):
+                await self._compensate_step(*item, None)
+            elif item.order is CompensationOrder.REVERSE_START or len(item.members) == 1:
+                for step, snapshot in reversed(item.members):
+                    await self._compensate_step(step, snapshot, step.group)
+            else:
+                await asyncio.gather(
+                    *(self._compensate_step(step, snapshot, step.group) for step, snapshot in item.members)
+                )
+
+    async def _compensate_step(
+        self, step: StepRecord, snapshot: AegisContext, placed: StepGroup | None
+    ) -> None:
+        """Compensate one step, each attempt an activity, retried per its policy."""
+        recorder, budget = self.recorder, self.plan.compensation_budget
+        group = None if placed is None else placed.start
+        policy = step.retry or self.plan.compensation_retry
+        delays = policy.delays()
+        attempt = 1
+        while True:
+            now = workflow.time()
+            ctx = restamp(snapshot, now + budget, snapshot.run_id, snapshot.step_index)
+            await recorder.record(
+                CompensationStarted(
+                    *recorder.header(), index=step.index, step=step.name, attempt=attempt, group=group
+                )
+            )
+            try:
+                result = await self._shielded(partial(self._compensate, step, ctx, budget))
+            except ActivityError as exc:
+                error = self._step_error(exc, step.name, budget).info
+                will_retry = attempt < policy.attempts
                 await recorder.record(
-                    CompensationSucceeded(
+                    CompensationFailed(
                         *recorder.header(),
                         index=step.index,
                         step=step.name,
                         attempt=attempt,
                         duration=workflow.time() - now,
-                        # An older worker's activity returns None: undone, as it always meant.
-                        nothing_to_undo=isinstance(result, dict) and result.get("nothing_to_undo") is True,
+                        error=error,
+                        will_retry=will_retry,
+                        group=group,
                     )
                 )
-                break
+                if not will_retry:
+                    return
+                delay = next(delays)
+                if delay > 0:  # a durable timer, so a backoff survives a worker restart
+                    await self._shielded(partial(workflow.sleep, delay))
+                attempt += 1
+                continue
+            await recorder.record(
+                CompensationSucceeded(
+                    *recorder.header(),
+                    index=step.index,
+                    step=step.name,
+                    attempt=attempt,
+                    duration=workflow.time() - now,
+                    # An older worker's activity returns None: undone, as it always meant.
+                    nothing_to_undo=isinstance(result, dict) and result.get("nothing_to_undo") is True,
+                    group=group,
+                )
+            )
+            return
 
     def _step_error(self, exc: ActivityError, name: str, budget: float) -> StepError:
         """What the failed activity of step `name`, given `budget` seconds, means for the saga."""
@@ -365,6 +510,23 @@ class _Run:
                 if task.cancelled():
                     raise
                 self.cancel_seen = True
+
+
+def _entries(steps: tuple[StepRecord, ...]) -> list[tuple[StepRecord, ...]]:
+    """The plan's flat steps as its entries: a step alone, or a parallel group's members."""
+    entries: list[tuple[StepRecord, ...]] = []
+    position = 0
+    while position < len(steps):
+        group = steps[position].group
+        size = 1 if group is None else group.size
+        entries.append(steps[position : position + size])
+        position += size
+    return entries
+
+
+def _sibling(failure: StepError) -> str:
+    """Why a group's member was cancelled by its sibling's failure: the engine's words."""
+    return f"cancelled: another member of its parallel group failed ({failure.info.type})"
 
 
 def _finite(value: float) -> float | None:
