@@ -175,3 +175,21 @@ async def test_a_saga_nested_in_a_dynamic_saga_does_not_take_the_view_over(where
     expected = ("Flight", "Hotel") if where == "in the block" else ("Flight", "Plan", "Hotel")
     assert look(view, clock) == (expected, (LaneState.SUCCEEDED,) * len(expected), SagaStatus.COMMITTED)
     assert len(surface.replaced) == 1
+
+
+@pytest.mark.anyio
+async def test_settle_swaps_in_the_static_picture_a_finished_run_waits_for() -> None:
+    # The end of a cell (`%aegis_watch` settles its views there): a run's static picture must not
+    # wait for a loop turn that comes after the cell finished.
+    clock, surface = FakeScheduler(), RecordingSurface()
+    view = LiveView(scheduler=clock, surface=surface)
+    engine = WorkflowEngine()
+    view.attach(engine)
+    async with engine.saga(name="trip") as saga:
+        await saga.step(Step("Flight"))
+    assert surface.replaced == []  # waiting for the loop's next turn
+    view.settle()
+    assert len(surface.replaced) == 1
+    assert surface.replaced[0]["text/plain"].startswith("trip — COMMITTED")
+    view.settle()  # nothing waits any more: nothing is redrawn
+    assert (len(surface.replaced), view.redraws) == (1, 1)

@@ -485,9 +485,14 @@ def test_watch_draws_every_saga_of_an_engine_in_the_running_cell(shell: Interact
         ["text/html", "text/plain"],
     ]
     assert shown[4]["data"]["text/plain"].startswith("watched — COMMITTED")
+    # Each cell's end settles the watched views: a saga that ended in the cell is drawn in it.
+    assert shell.events.callbacks["post_run_cell"].count(magics(shell)._settle_watched) == 1
     ok(shell, "%aegis_watch --stop engine")
     ok(shell, "await engine.run_saga([(BookFlight, ('Oslo',), {})], name='unwatched')")
     assert len(displays(shell)) == 5  # nothing more
+    ok(shell, "%unload_ext aegis_nb")
+    assert magics(shell)._settle_watched not in shell.events.callbacks["post_run_cell"]
+    ok(shell, "%load_ext aegis_nb")
     assert usage_error(shell, "%aegis_watch BookFlight") == (
         "%aegis_watch BookFlight: expected a WorkflowEngine or an AegisMCP app, got FunctionStep"
     )

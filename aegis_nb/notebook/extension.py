@@ -34,3 +34,4 @@ def unload_ipython_extension(ipython: Any) -> None:
     magics = ipython.magics_manager.registry.get(AegisMagics.__name__)
     if isinstance(magics, AegisMagics):
         magics.running_cell.unfollow()
+        magics.stop_watching_cells()

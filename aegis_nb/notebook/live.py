@@ -215,6 +215,15 @@ class LiveView:
         """Bring the view up to date now (and, once its run ended, swap in the static rendering)."""
         self._coalescer.flush_now()
 
+    def settle(self) -> None:
+        """Run the redraw that is waiting for the loop, if one is, now.
+
+        For the end of a cell: a run that ended in it has its static picture swapped in at the
+        loop's next turn, which may come after the cell finished, too late for nbclient to store it.
+        """
+        if self._coalescer.pending:
+            self._coalescer.flush_now()
+
     def _catch_up(self) -> None:
         events, builder = self._events, self._builder
         for event in events[self._folded :]:

@@ -52,6 +52,7 @@ class AegisMagics(Magics):
         self.engine = WorkflowEngine()
         self._tools: MockTools | None = None
         self._watching: dict[int, LiveView] = {}
+        self._cell_events: Any = shell.events  # IPython's EventManager: where cells begin and end
         self.running_cell = RunningCell(shell)
         """The cell running now: where a watched saga's diagram goes (see `runningcell`)."""
         self._claims: dict[str, object] = {}  # `-o` variable -> the latest run started to bind it
@@ -217,6 +218,21 @@ class AegisMagics(Magics):
             # started runs it (an HTTP server's).
             surface = RunningCellSurface(CellSurface(), self.running_cell.follow())
             self._watching[id(engine)] = LiveView(surface=surface).attach(engine)
+            events = self._cell_events
+            if self._settle_watched not in events.callbacks["post_run_cell"]:
+                events.register("post_run_cell", self._settle_watched)
+
+    def _settle_watched(self, result: object) -> None:
+        """At the end of each cell, each watched view's waiting redraw: a saga that ended in the cell
+        gets its static picture there, not at a later loop turn that nbclient would not store."""
+        for view in self._watching.values():
+            view.settle()
+
+    def stop_watching_cells(self) -> None:
+        """Stop settling watched views at the end of each cell (for ``%unload_ext``)."""
+        events = self._cell_events
+        if self._settle_watched in events.callbacks["post_run_cell"]:
+            events.unregister("post_run_cell", self._settle_watched)
 
     # -- %aegis_mock ----------------------------------------------------------------------------
 
