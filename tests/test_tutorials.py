@@ -1,4 +1,4 @@
-"""The tutorials as files: all five there, run top to bottom with outputs stored, readable without a kernel.
+"""The tutorials as files: all six there, run top to bottom with outputs stored, readable without a kernel.
 
 nbval (in ``make test``) re-runs them and compares outputs; these checks keep what nbval cannot see:
 that the stored outputs exist, came from one clean run in order, and show without widget state.
@@ -25,6 +25,7 @@ NAMES = [
     "03_deadlines.ipynb",
     "04_when_compensation_fails.ipynb",
     "05_serving.ipynb",
+    "08_run_time_sagas.ipynb",
 ]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -34,7 +35,7 @@ def load(name: str) -> NotebookNode:
     return notebook
 
 
-def test_the_five_tutorials_are_there() -> None:
+def test_the_six_tutorials_are_there() -> None:
     assert sorted(path.name for path in NOTEBOOKS.glob("*.ipynb")) == NAMES
 
 
