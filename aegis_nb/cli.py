@@ -293,7 +293,9 @@ def _gateway(args: argparse.Namespace) -> int:
     shipped = Path(__file__).parent / "mock" / "travel_policy.toml"
     try:
         policy = load_policy(shipped if args.mock else args.policy)
-        return _serve_app("gateway", Gateway(policy), args)
+        if args.journal == "":
+            raise Refused(f"aegis-nb gateway: {_EMPTY_JOURNAL}")
+        return _serve_app("gateway", Gateway(policy, journal=args.journal), args)
     except Exception as exc:  # a policy that does not fit the upstreams' tools is found as they start
         found = sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else exc
         if isinstance(found, PolicyError):
@@ -563,6 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--observe", nargs="+", metavar="UPSTREAM", help="draft a policy for these commands or URLs instead"
     )
     gateway.add_argument("--output", "-o", help="with --observe: write the draft here (default: stdout)")
+    gateway.add_argument("--journal", help="SQLite journal: sagas open at a crash are rolled back on start")
     _add_transport_options(gateway)
     gateway.set_defaults(handler=_gateway)
     runs = commands.add_parser("runs", help="list the runs of a durable journal, or replay one")

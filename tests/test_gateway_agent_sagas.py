@@ -222,7 +222,7 @@ async def test_a_failed_call_leaves_the_saga_open_for_a_retry_and_a_commit() -> 
 async def test_an_idle_saga_is_rolled_back_at_its_ttl() -> None:
     agency = TravelAgency()
     clock = FakeClock()
-    gateway = make_gateway(agency, clock=clock, ttl=30.0)
+    gateway = make_gateway(agency, clock=clock, saga_ttl=30.0)
     async with gateway, Client(gateway) as client:
         saga = await begin(client)
         await client.call_tool("book_flight", {"destination": "Paris", "saga": saga})

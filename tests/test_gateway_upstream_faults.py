@@ -121,6 +121,7 @@ def test_bad_command_lines_are_refused(tmp_path: Path) -> None:
         "overwrite it\n",
         ("--mock", "--port", "9"): "aegis-nb gateway: --port needs --transport http (stdio has no address)\n",
         (str(existing),): f"aegis-nb gateway: {existing}: upstreams: missing: add a [upstreams.NAME] table\n",
+        ("--mock", "--journal", ""): "aegis-nb gateway: bad --journal: empty path (name the journal file)\n",
     }
     found = {argv: aegis_nb("gateway", *argv) for argv in cases}
     assert {argv: (done.returncode, done.stderr) for argv, done in found.items()} == {

@@ -4,7 +4,6 @@ from aegis_nb.kernel.extras import needs_extra
 
 with needs_extra("mcp", "aegis_nb.gateway (the saga gateway)"):
     from aegis_nb.gateway.app import SAGA_ARGUMENT, SAGA_META_KEY, Gateway, default_policy
-    from aegis_nb.gateway.binding import UNRESOLVED, Binding, BindingError
     from aegis_nb.gateway.policy import (
         SAGA_TOOLS,
         Policy,
@@ -16,6 +15,7 @@ with needs_extra("mcp", "aegis_nb.gateway (the saga gateway)"):
         parse_policy,
     )
     from aegis_nb.gateway.upstream import UpstreamLost
+    from aegis_nb.server.bindings import UNRESOLVED, Binding, BindingError
 
 
 __all__ = [

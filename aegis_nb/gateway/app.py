@@ -20,6 +20,7 @@ makes a tool read only, anything else irreversible. The upstream sessions open w
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from aegis_nb.gateway.upstream import Target, UpstreamLost, Upstreams, open_upst
 from aegis_nb.kernel.clock import Clock
 from aegis_nb.kernel.errors import ToolError, ToolTimeoutError
 from aegis_nb.kernel.printable import printable_line
+from aegis_nb.saga.durable.journal import SqliteJournal
 from aegis_nb.server.app import AegisMCP
 from aegis_nb.server.results import error_result, timed_out_result
 from aegis_nb.server.saga_handles import (
@@ -45,6 +47,7 @@ from aegis_nb.server.saga_handles import (
     NotOpen,
     SagaHandles,
 )
+from aegis_nb.server.saga_tools import saga_tools
 from aegis_nb.server.signature import request_meta
 
 logger = logging.getLogger(__name__)
@@ -75,33 +78,54 @@ class Gateway(AegisMCP):
         *,
         upstreams: Mapping[str, Target] | None = None,
         name: str = "aegis-nb-gateway",
-        ttl: float = DEFAULT_TTL,
+        saga_ttl: float = DEFAULT_TTL,
         saga_timeout: float | None = DEFAULT_SAGA_TIMEOUT,
         clock: Clock | None = None,
+        journal: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> None:
         """`upstreams` maps an upstream's policy name to a server object, stdio parameters or a URL,
-        in place of what the policy says. A saga idle for `ttl` seconds, or open for `saga_timeout`,
+        in place of what the policy says. A saga idle for `saga_ttl` seconds, or open for `saga_timeout`,
         is rolled back (`clock` measures both: the loop's by default). Other keyword arguments go to
         `AegisMCP` (`engine`, its sinks seeing every saga's events).
 
-        A journal is refused for now: a gateway step holds the upstream's session, which no journal
-        can rebuild after a crash, and a journal that refused each step would fail every saga call.
+        `journal`, a SQLite file's path, keeps every saga as a run of its own, which start-up
+        recovery rolls back if the gateway was killed while it was open (the journal rebuilds each
+        step by its tool's name). Recovery runs when the gateway is served (stdio, HTTP, or an
+        in-process client's lifespan): serve a journaled gateway once, not to several in-process
+        clients at a time, as each lifespan recovers what it finds unfinished.
         """
         engine = kwargs.get("engine")
-        if kwargs.get("journal") is not None or getattr(engine, "journal", None) is not None:
-            raise ValueError("a Gateway's sagas cannot be journaled yet: give it no journal")
+        given = journal is not None and not isinstance(journal, str | os.PathLike)
+        if getattr(engine, "journal", None) is not None or given:
+            raise ValueError("give a Gateway its journal as a path: it registers its steps with it")
         self.policy = policy
-        self.ttl = ttl
-        self.saga_timeout = saga_timeout
         self._clock = clock
         self._targets = dict(upstreams or {})
         self._upstreams: Upstreams | None = None
         self._handles: SagaHandles | None = None
         self._routes: dict[str, Route] = {}
         self._stack: AsyncExitStack | None = None
-        super().__init__(name, lifespan=_lifespan, tool_timeout=None, workflow_timeout=None, **kwargs)
-        self._add_saga_tools()
+        # One step per compensable tool, for the gateway's life: what a journal finds by name.
+        self._steps = {
+            tool.name: UpstreamStep(lambda: self.upstreams, tool)
+            for tool in policy.tools
+            if tool.kind is ToolKind.COMPENSABLE
+        }
+        if journal is not None:
+            kwargs["journal"] = SqliteJournal(journal, steps=list(self._steps.values()))
+        super().__init__(
+            name,
+            lifespan=_lifespan,
+            tool_timeout=None,
+            workflow_timeout=None,
+            saga_ttl=saga_ttl,
+            saga_timeout=saga_timeout,
+            **kwargs,
+        )
+        # The saga tools of AegisMCP's compensable tools, over the gateway's own registry.
+        for tool_name, tool in saga_tools(lambda: self._handles).items():
+            self.add_tool(tool, tool_name, structured_output=False)
 
     # -- the upstream sessions ------------------------------------------------------------------
 
@@ -117,7 +141,9 @@ class Gateway(AegisMCP):
             }
             # Entered after the upstreams, so left before them: open sagas roll back while they answer.
             self._handles = await stack.enter_async_context(
-                SagaHandles(self.workflow_engine, ttl=self.ttl, timeout=self.saga_timeout, clock=self._clock)
+                SagaHandles(
+                    self.workflow_engine, ttl=self.saga_ttl, timeout=self.saga_timeout, clock=self._clock
+                )
             )
             self._upstreams = upstreams
             self._stack = stack.pop_all()
@@ -128,9 +154,12 @@ class Gateway(AegisMCP):
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        stack, self._stack, self._upstreams, self._handles, self._routes = self._stack, None, None, None, {}
-        if stack is not None:
-            await stack.__aexit__(kind, exc, tb)
+        stack = self._stack
+        try:
+            if stack is not None:  # the open sagas roll back first, through the sessions still open
+                await stack.__aexit__(kind, exc, tb)
+        finally:
+            self._stack, self._upstreams, self._handles, self._routes = None, None, None, {}
 
     @property
     def upstreams(self) -> Upstreams:
@@ -220,12 +249,15 @@ class Gateway(AegisMCP):
         self, handle: object, name: str, arguments: dict[str, Any], policy: ToolPolicy
     ) -> Any:
         """A call that carries a saga handle: the saga's next step, answered as the upstream answered."""
-        step = UpstreamStep(self.upstreams, policy, arguments)
+        step = self._steps[name]
+        held = step.saga_arguments(arguments)
         try:
-            done = await self.handles.step(handle if isinstance(handle, str) else "", step)
+            done = await self.handles.step(handle if isinstance(handle, str) else "", step, (), held)
         except HandleRefused as exc:
+            step.forget(held)
             return error_result(f"{name} was not called: {exc}", refused=True)
         except NotOpen as exc:
+            step.forget(held)
             phase = exc.state.phase.value
             return error_result(
                 f"{name} was not called: the saga has ended ({phase})",
@@ -238,51 +270,9 @@ class Gateway(AegisMCP):
             return timed_out_result(str(exc), exc)
         except UpstreamLost as exc:
             return error_result(str(exc), refused=False)
-        result = step.answer
+        result = step.take_answer(done.context)
         assert result is not None  # the step succeeded, so its call answered
         return _passed_on(result, {STEP_META_KEY: done.index})
-
-    # -- the saga tools -------------------------------------------------------------------------
-
-    def _add_saga_tools(self) -> None:
-        gateway = self
-
-        async def saga_begin(
-            name: str = "agent_saga",
-            ttl_seconds: float = 0.0,
-            deadline_seconds: float = 0.0,
-            rollback_on_error: bool = False,
-        ) -> dict[str, Any]:
-            """Begin a saga: pass the handle it returns as `saga` to each call that should be one of
-            its steps, then end it with saga_commit or saga_rollback. 0 takes the gateway's TTL
-            (idle seconds before it is rolled back) and deadline."""
-            ticket = await gateway.handles.begin(
-                name=name,
-                ttl=ttl_seconds or None,
-                deadline_after=deadline_seconds or None,
-                rollback_on_error=rollback_on_error,
-            )
-            return ticket.to_json()
-
-        async def saga_status(saga: str) -> dict[str, Any]:
-            """The saga's steps so far, each live, undone, orphaned (its undo could not be called),
-            failed or stuck, and how it ended if it has."""
-            return await _answer(gateway.handles.status(saga))
-
-        async def saga_commit(saga: str) -> dict[str, Any]:
-            """Keep every step of the saga: it ends committed."""
-            return await _answer(gateway.handles.commit(saga))
-
-        async def saga_rollback(saga: str, reason: str = "the agent rolled it back") -> dict[str, Any]:
-            """Undo every step of the saga that stands, newest first: it ends rolled back (or stuck,
-            naming what could not be undone)."""
-            return await _answer(gateway.handles.rollback(saga, reason))
-
-        # Hints for clients: status only reads; commit and rollback asked twice end the saga once.
-        self.add_tool(saga_begin, annotations=ToolAnnotations(destructive_hint=False))
-        self.add_tool(saga_status, annotations=ToolAnnotations(read_only_hint=True))
-        self.add_tool(saga_commit, annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
-        self.add_tool(saga_rollback, annotations=ToolAnnotations(idempotent_hint=True))
 
 
 def _passed_on(result: CallToolResult, added: Mapping[str, Any] | None = None) -> CallToolResult:
@@ -298,16 +288,6 @@ def _passed_on(result: CallToolResult, added: Mapping[str, Any] | None = None) -
     kept = {key: value for key, value in (meta or {}).items() if key != SERVER_INFO_META_KEY}
     result.meta = {**kept, **(added or {})} or None
     return result
-
-
-async def _answer(asked: Any) -> dict[str, Any]:
-    """A saga's state as a tool result; a refused handle as the one refusal that reveals nothing."""
-    try:
-        state = await asked
-    except HandleRefused as exc:
-        raise ToolError("saga", str(exc)) from None
-    found: dict[str, Any] = state.to_json()
-    return found
 
 
 @asynccontextmanager

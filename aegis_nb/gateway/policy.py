@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from aegis_nb.gateway.binding import Binding, BindingError
 from aegis_nb.kernel.errors import AegisError
+from aegis_nb.server.bindings import Binding, BindingError
 
 SAGA_TOOLS: Final = ("saga_begin", "saga_status", "saga_commit", "saga_rollback")
 """The gateway's own tools: an upstream tool may not take their names."""
