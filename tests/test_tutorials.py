@@ -25,6 +25,7 @@ NAMES = [
     "03_deadlines.ipynb",
     "04_when_compensation_fails.ipynb",
     "05_serving.ipynb",
+    "06_agents.ipynb",
     "08_run_time_sagas.ipynb",
 ]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"

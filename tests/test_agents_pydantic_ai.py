@@ -1,0 +1,131 @@
+"""A pydantic-ai `Agent`, its model scripted (`FunctionModel`, no network), books a trip through the
+gateway in front of the mock agency (a stdio upstream), the gateway served over stdio and over
+streamable HTTP: when the card is declined the model calls ``saga_rollback``, the ledger ends empty
+and the model's answer quotes the rollback; when it retries the charge with another card inside the
+saga it commits, with exactly that trip booked; and a saga the model abandons is rolled back at its
+TTL (waited for on the engine's event, not a sleep)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fastmcp.client.transports import StdioTransport
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPToolset
+
+from aegis_nb.gateway import Gateway, load_policy
+from aegis_nb.mock import DECLINED_TEST_CARD
+from aegis_nb.notebook.trip_agent import Seen, TripAgent, seen_in
+from aegis_nb.saga.engine import WorkflowEngine
+from aegis_nb.saga.events import SagaEvent, SagaRolledBackEvent
+from tests.agents_support import (
+    DECLINED_AGENT,
+    DECLINED_ANSWER,
+    DECLINED_MOVES,
+    DECLINED_STEPS,
+    EMPTY_AFTER_TWO_CANCELLATIONS,
+    INIT_TIMEOUT,
+    RETRIED_MOVES,
+    RETRIED_STEPS,
+    RETRYING_AGENT,
+    committed_trip,
+    gateway_command,
+    ledger_of,
+    moves,
+    policy_file,
+    status_steps,
+    trip_in,
+)
+from tests.servers.launch import http_server
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """asyncio only: pydantic-ai runs its agent in `asyncio.create_task` (no trio)."""
+    return "asyncio"
+
+
+@asynccontextmanager
+async def served_gateway(transport: str, policy: Path) -> AsyncIterator[MCPToolset[Any]]:
+    """A toolset on the gateway served by ``aegis-nb gateway`` in a process of its own."""
+    if transport == "stdio":
+        command, args = gateway_command(policy)
+        yield MCPToolset(
+            StdioTransport(command, args), tool_error_behavior="failed", init_timeout=INIT_TIMEOUT
+        )
+        return
+    async with http_server("gateway", str(policy)) as server:
+        yield MCPToolset(server.url, tool_error_behavior="failed", init_timeout=INIT_TIMEOUT)
+
+
+async def run_agent(agent: TripAgent, toolset: MCPToolset[Any]) -> tuple[tuple[Seen, ...], str]:
+    """Run the agent to its answer; what it saw (from its own transcript) and what it answered."""
+    result = await Agent(agent.function_model(), toolsets=[toolset]).run("Book me a trip.")
+    return tuple(seen_in(result.all_messages())), result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_declined_card_and_the_models_rollback_leave_the_ledger_empty(
+    transport: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    async with served_gateway(transport, policy_file(tmp_path, ledger)) as toolset:
+        seen, answer = await run_agent(DECLINED_AGENT, toolset)
+    assert moves(seen) == DECLINED_MOVES
+    assert status_steps(seen, "saga_rollback") == DECLINED_STEPS
+    assert answer == DECLINED_ANSWER
+    assert ledger_of(ledger) == EMPTY_AFTER_TWO_CANCELLATIONS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_the_model_retries_a_declined_charge_inside_the_saga_and_commits(
+    transport: str, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger.db"
+    async with served_gateway(transport, policy_file(tmp_path, ledger)) as toolset:
+        seen, answer = await run_agent(RETRYING_AGENT, toolset)
+    assert moves(seen) == RETRIED_MOVES
+    assert status_steps(seen, "saga_commit") == RETRIED_STEPS
+    assert answer == "Your trip to Rome is booked: flight FL-0001, hotel HT-0001, charge CH-0001."
+    assert trip_in(ledger_of(ledger)) == committed_trip("FL-0001", "HT-0001", "CH-0001")
+
+
+@pytest.mark.slow
+async def test_a_saga_the_model_abandons_is_rolled_back_at_its_ttl(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.db"
+    rolled_back = anyio.Event()
+    events: list[SagaEvent] = []
+
+    def sink(event: SagaEvent) -> None:
+        events.append(event)
+        if isinstance(event, SagaRolledBackEvent):
+            rolled_back.set()
+
+    # In process, so the test can wait on the engine's own event; the agency is still a stdio child.
+    gateway = Gateway(load_policy(policy_file(tmp_path, ledger)), engine=WorkflowEngine(sinks=[sink]))
+    agent = TripAgent(cards=(DECLINED_TEST_CARD,), abandon=True, ttl_seconds=0.2)
+    async with gateway:
+        seen, answer = await run_agent(agent, MCPToolset(gateway, tool_error_behavior="failed"))
+        standing = ledger_of(ledger)
+        with anyio.fail_after(30):
+            await rolled_back.wait()
+        status = await gateway.handles.status(seen[0].content["saga"])
+    assert moves(seen) == DECLINED_MOVES[:-1]  # no saga_rollback: the model gave up and answered
+    assert answer == "I stopped: charge_card failed (Card Declined!)."
+    assert (len(standing["flights"]), len(standing["hotels"])) == (1, 1)  # standing until the TTL
+    assert (status.phase.value, status.reason) == ("rolled_back", "idle past its TTL")
+    assert [(s.name, s.state.value) for s in status.steps] == [
+        ("book_flight", "undone"),
+        ("reserve_hotel", "undone"),
+        ("charge_card", "failed"),
+    ]
+    assert ledger_of(ledger) == EMPTY_AFTER_TWO_CANCELLATIONS

@@ -1,0 +1,83 @@
+"""`rehearse_agent` runs the trip agent's policy through the gateway against the mock's faults, one
+tool at a time (failing before it acts, acting and then never answering), and judges each saga by the
+ledger: with the shipped policy, whose undos take the id the booking returned, a call that timed out
+after acting leaves its booking live (the undo could not be called); with undos bound to the step's
+idempotency key instead, every saga ends clean."""
+
+from __future__ import annotations
+
+import pytest
+
+from aegis_nb.gateway import Gateway, Policy, parse_policy
+from aegis_nb.notebook.agent_rehearsal import AgentRehearsal, rehearse_agent
+from aegis_nb.notebook.trip_agent import TripAgent
+from tests.test_gateway_policy_errors import SHIPPED
+
+pytestmark = pytest.mark.anyio
+
+AGENT = TripAgent(deadline_seconds=0.5)
+"""The saga's deadline is what ends a call that never answers: half a second, against steps of ms."""
+
+
+def keyed_policy() -> Policy:
+    """The shipped policy with every undo called by the step's idempotency key, not the returned id."""
+    text = SHIPPED.read_text()
+    for binding in ('booking_id = "/result/booking_id"', 'charge_id = "$response.body#/charge_id"'):
+        assert binding in text
+        text = text.replace(binding, 'idempotency_key = "/arguments/idempotency_key"')
+    return parse_policy(text, "keyed.toml")
+
+
+async def rehearse(policy: Policy) -> AgentRehearsal:
+    return await rehearse_agent(AGENT, lambda agency: Gateway(policy, upstreams={"agency": agency.server}))
+
+
+async def test_with_the_shipped_policy_a_call_that_times_out_after_acting_leaves_its_booking_live() -> None:
+    rehearsal = await rehearse(parse_policy(SHIPPED.read_text(), str(SHIPPED)))
+    assert str(rehearsal) == (
+        "scenario                              saga ended   ledger\n"
+        "clean run                             committed    clean\n"
+        "book_flight fails                     rolled_back  clean\n"
+        "book_flight times out after acting    stuck        left live: FL-0001\n"
+        "reserve_hotel fails                   rolled_back  clean\n"
+        "reserve_hotel times out after acting  stuck        left live: HT-0001\n"
+        "charge_card fails                     rolled_back  clean\n"
+        "charge_card times out after acting    stuck        left live: CH-0001"
+    )
+    assert rehearsal.clean is False
+    assert [s.answer for s in rehearsal.scenarios[:2]] == [
+        "Your trip to Lisbon is booked: flight FL-0001, hotel HT-0001, charge CH-0001.",
+        "I booked nothing: the saga was rolled back "
+        "(book_flight failed: book_flight is unavailable (injected failure) — rolled back: nothing to undo).",
+    ]
+
+
+async def test_with_undos_bound_to_the_idempotency_key_every_saga_ends_clean() -> None:
+    rehearsal = await rehearse(keyed_policy())
+    assert [s.row() for s in rehearsal.scenarios] == [
+        ("clean run", "committed", "clean"),
+        ("book_flight fails", "rolled_back", "clean"),
+        ("book_flight times out after acting", "rolled_back", "clean"),
+        ("reserve_hotel fails", "rolled_back", "clean"),
+        ("reserve_hotel times out after acting", "rolled_back", "clean"),
+        ("charge_card fails", "rolled_back", "clean"),
+        ("charge_card times out after acting", "rolled_back", "clean"),
+    ]
+    assert rehearsal.clean is True
+    assert rehearsal._repr_html_().startswith(
+        "<table><tr><th>scenario</th><th>saga ended</th><th>ledger</th></tr>"
+        "<tr><td>clean run</td><td>committed</td><td>clean</td></tr>"
+    )
+
+
+async def test_only_the_tools_asked_for_are_faulted() -> None:
+    rehearsal = await rehearse_agent(
+        AGENT,
+        lambda agency: Gateway(keyed_policy(), upstreams={"agency": agency.server}),
+        tools=["reserve_hotel"],
+    )
+    assert [s.label for s in rehearsal.scenarios] == [
+        "clean run",
+        "reserve_hotel fails",
+        "reserve_hotel times out after acting",
+    ]
