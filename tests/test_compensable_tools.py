@@ -82,9 +82,8 @@ class Agency:
             return {"reservation": reservation}
 
         async def refund(arguments: Mapping[str, Any], result: Mapping[str, Any] | None, key: str) -> None:
-            card = arguments["card"]
-            assert isinstance(card, Secret)  # the undo gets the secret, still wrapped
-            self.undo_calls.append(("refund", {"card": card.reveal(), "result": result, "key": key}))
+            # A secret is used once, by the call: the undo sees where it was, never its value.
+            self.undo_calls.append(("refund", {"card": arguments["card"], "result": result, "key": key}))
             assert result is not None
             del self.ledger[result["charge_id"]]
 
@@ -99,7 +98,9 @@ class Agency:
 async def call(
     client: Client, tool: str, meta: dict[str, Any] | None = None, **arguments: Any
 ) -> CallToolResult:
-    return await client.call_tool(tool, arguments, meta=None if meta is None else cast(RequestParamsMeta, meta))
+    return await client.call_tool(
+        tool, arguments, meta=None if meta is None else cast(RequestParamsMeta, meta)
+    )
 
 
 def text(result: CallToolResult) -> str:
@@ -155,7 +156,7 @@ async def test_a_rollback_undoes_each_step_newest_first_with_arguments_bound_fro
         rolled_back = await call(client, "saga_rollback", saga=handle, reason="the agent changed its mind")
     assert agency.ledger == {}
     assert agency.undo_calls == [
-        ("refund", {"card": CARD, "result": {"charge_id": "C-900"}, "key": f"{run_id}/2"}),
+        ("refund", {"card": Secret("***"), "result": {"charge_id": "C-900"}, "key": f"{run_id}/2"}),
         ("cancel_hotel", {"reservation": "H-Ada-3", "guest": "Ada"}),
         ("cancel_flight", {"booking_id": f"F-LIS-{run_id}/0", "key": f"{run_id}/0"}),
     ]

@@ -499,6 +499,17 @@ class AegisMCP(MCPServer[Any]):
             runner, tool_name, title, description or inspect.getdoc(fn), annotations, icons, meta, None
         )
         self._compensable[tool_name] = step
+        self._register_with_journal(step)
+
+    def _register_with_journal(self, step: CompensableCall) -> None:
+        """Let recovery find a compensable tool's step by its name: it holds the tool, which no
+        journal record could rebuild, and a fresh process registers its own when the tool is added."""
+        from aegis_nb.saga.durable.locator import StepResolver  # only a durable app needs it
+
+        journal = self.workflow_engine.journal
+        resolver = getattr(getattr(journal, "inner", journal), "resolver", None)
+        if isinstance(resolver, StepResolver):
+            resolver.register(step)
 
     def _add_saga_tools(self) -> None:
         """Serve saga_begin, saga_status, saga_commit and saga_rollback, once."""

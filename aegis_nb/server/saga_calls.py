@@ -2,8 +2,9 @@
 
 The handle comes from the ``saga`` argument the runner publishes (so a model can pass it) or from the
 request's ``_meta["aegis-nb/saga"]`` (for hosts that set it). Inside a saga, the tool's arguments
-marked secret travel as `Secret` (never in events, status, reports or logs), the call gets the
-step's idempotency key, and the result says which step it was (``_meta["aegis-nb/step"]``).
+marked secret are held by its step for the call alone (never in events, the journal, status, reports
+or logs), the call gets the step's idempotency key, and the result says which step it was
+(``_meta["aegis-nb/step"]``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic_core import to_json
 
 from aegis_nb.kernel.errors import ToolError, ToolTimeoutError
 from aegis_nb.kernel.scrubbing import exception_text, scrub
-from aegis_nb.kernel.values import Secret, thaw
+from aegis_nb.kernel.values import thaw
 from aegis_nb.server.compensable import SAGA_ARGUMENT, SAGA_META_KEY, STEP_META_KEY, CompensableCall
 from aegis_nb.server.results import error_result, timed_out_result
 from aegis_nb.server.saga_handles import HandleRefused, NotOpen, SagaHandles
@@ -61,33 +62,13 @@ def compensable_runner(
         kwargs.pop(request_param, None)
         if step.key_argument is not None:
             kwargs.pop(step.key_argument, None)  # inside a saga, the step's own key is sent
-        arguments = {
-            name: Secret(value) if name in secret and isinstance(value, str) else value
-            for name, value in kwargs.items()
-        }
         hidden = tuple(value for name, value in kwargs.items() if name in secret and isinstance(value, str))
+        arguments = {name: value for name, value in kwargs.items() if name not in secret}
+        arguments.update(step.hold({name: kwargs[name] for name in secret if name in kwargs}))
         try:
-            done = await registry.step(handle, step, (), arguments)
-        except HandleRefused as exc:
-            return error_result(str(exc), refused=True)
-        except NotOpen as exc:
-            state = exc.state.to_json()
-            return error_result(f"{exc}; nothing was done", refused=True, structured=state)
-        except ToolError as exc:
-            return error_result(scrub(exc.message, hidden), refused=exc.refused, structured=exc.structured)
-        except ToolTimeoutError as exc:
-            return timed_out_result(scrub(str(exc), hidden), exc)
-        except Exception as exc:
-            # The tool's own code raised: it may have acted (the step is then in doubt).
-            text = scrub(exception_text(exc), hidden)
-            return error_result(f"{step.name} failed: {type(exc).__name__}: {text}", refused=False)
-        result = thaw(done.context.metadata.get(step.result_key(done.index)), reveal=True)
-        structured = result if isinstance(result, dict) else {"result": result}
-        return CallToolResult(
-            content=[TextContent(type="text", text=to_json(structured).decode())],
-            structured_content=structured,
-            _meta={STEP_META_KEY: {"index": done.index, "idempotency_key": done.context.idempotency_key}},
-        )
+            return await _run_step(registry, handle, step, arguments, hidden)
+        finally:
+            step.release(arguments)  # no-op once its execute took them; else never kept
 
     published = inspect.signature(plain)
     params = list(published.parameters.values())
@@ -105,6 +86,38 @@ def compensable_runner(
     for attribute in ("__name__", "__qualname__", "__doc__", "_aegis_wrapped"):
         setattr(run_compensable, attribute, getattr(plain, attribute, None))
     return run_compensable
+
+
+async def _run_step(
+    registry: SagaHandles,
+    handle: Any,
+    step: CompensableCall,
+    arguments: dict[str, Any],
+    hidden: tuple[str, ...],
+) -> CallToolResult:
+    """Run the call as the saga's next step; every outcome as a result (`hidden`: its secret values)."""
+    try:
+        done = await registry.step(handle, step, (), arguments)
+    except HandleRefused as exc:
+        return error_result(str(exc), refused=True)
+    except NotOpen as exc:
+        state = exc.state.to_json()
+        return error_result(f"{exc}; nothing was done", refused=True, structured=state)
+    except ToolError as exc:
+        return error_result(scrub(exc.message, hidden), refused=exc.refused, structured=exc.structured)
+    except ToolTimeoutError as exc:
+        return timed_out_result(scrub(str(exc), hidden), exc)
+    except Exception as exc:
+        # The tool's own code raised: it may have acted (the step is then in doubt).
+        text = scrub(exception_text(exc), hidden)
+        return error_result(f"{step.name} failed: {type(exc).__name__}: {text}", refused=False)
+    result = thaw(done.context.metadata.get(step.result_key(done.index)), reveal=True)
+    structured = result if isinstance(result, dict) else {"result": result}
+    return CallToolResult(
+        content=[TextContent(type="text", text=to_json(structured).decode())],
+        structured_content=structured,
+        _meta={STEP_META_KEY: {"index": done.index, "idempotency_key": done.context.idempotency_key}},
+    )
 
 
 def secret_names(names: object, parameters: Mapping[str, inspect.Parameter], tool: str) -> frozenset[str]:

@@ -134,6 +134,16 @@ class StepResolver:
         rebuilt by a recovery that has not run them yet."""
         self._trusted.add(module)
 
+    def register(self, step: object) -> None:
+        """Register `step` under its name after the journal was made (an `AegisMCP` compensable tool's
+        step, made with its tool); a different object of that name is refused (`ValueError`)."""
+        name = step_name(step)
+        held = self._registry.get(name)
+        if held is not None and held is not step:
+            raise ValueError(f"a different step named {name!r} is already registered with this journal")
+        self._registry = MappingProxyType({**self._registry, name: step})
+        self._registered_ids[id(step)] = name
+
     def may_import(self, module: str) -> bool:
         """Whether a locator may name `module` (see the class docstring); decided without importing it."""
         if self.allow_modules is None or module in self._trusted:
