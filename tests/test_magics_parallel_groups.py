@@ -269,3 +269,29 @@ def test_a_rehearsal_credits_each_booking_to_its_member_and_marks_a_cancelled_si
         ("CompensationStarted", "Hotel"),
         ("CompensationSucceeded", "Hotel"),
     ]
+
+
+def test_the_explorer_has_a_control_per_member_and_runs_the_group(shell: InteractiveShell) -> None:
+    pytest.importorskip("ipywidgets")
+    from aegis_nb.notebook.explorer import SagaExplorer
+
+    cell = f"%%aegis_saga --interactive --mock travel --context trip --name trip --fail ReserveHotel\n{TRIP}"
+    view: object = ok(shell, cell).result
+    assert isinstance(view, SagaExplorer)
+    assert [(name, toggle.value) for name, toggle in view.failing.items()] == [
+        ("BookFlight", False),
+        ("ReserveHotel", True),
+        ("ChargeCard", False),
+    ]
+    view.run_button.click()
+    (trial,) = view.trials
+    report = trial.run.report
+    assert (report.failed_step, sorted(report.compensated)) == (
+        "ReserveHotel",
+        ["BookFlight", "ReserveHotel"],
+    )
+    # Outside the magics, from a saga list with a group in it.
+    ok(shell, "from aegis_nb.notebook.explorer import SagaExplorer")
+    listed: object = ok(shell, "SagaExplorer.of([parallel(BookFlight, ReserveHotel), ChargeCard])").result
+    assert isinstance(listed, SagaExplorer)
+    assert list(listed.latency) == ["BookFlight", "ReserveHotel", "ChargeCard"]

@@ -26,15 +26,17 @@ from html import escape
 from typing import Any
 
 import anyio
+from IPython.core.error import UsageError
 
 from aegis_nb.diagram import fold, render_svg, render_text
+from aegis_nb.kernel.errors import SagaDefinitionError
 from aegis_nb.kernel.text import counted, replace_surrogates
 from aegis_nb.notebook.fallback import FallbackOutput
 from aegis_nb.notebook.injection import Fault
 from aegis_nb.notebook.live import LiveView
 from aegis_nb.notebook.mime import WIDGET_MIME, widget_view
 from aegis_nb.notebook.mocktools import MockTools
-from aegis_nb.notebook.plan import PlannedStep, SagaPlan
+from aegis_nb.notebook.plan import SagaPlan, plan_of
 from aegis_nb.notebook.runner import DEFAULT_SAGA_NAME, RunSettings, SagaRunner
 from aegis_nb.notebook.static import Bundle, data_uri
 from aegis_nb.notebook.surface import NullSurface
@@ -117,18 +119,16 @@ class SagaExplorer:
         name: str = DEFAULT_SAGA_NAME,
         engine: WorkflowEngine | None = None,
     ) -> SagaExplorer:
-        """An explorer for a saga list (steps, or ``(step, args, kwargs)`` entries), without the magics.
+        """An explorer for a saga list (steps, ``(step, args, kwargs)`` entries, `parallel` groups),
+        without the magics; a control per position, a group's members included.
 
         For front ends with no IPython magics (marimo): ``SagaExplorer.of([BookFlight(), Pay()])``.
         """
-        planned = []
-        for entry in steps:
-            step, args, kwargs = entry if isinstance(entry, tuple) else (entry, (), {})
-            label = getattr(step, "name", None) or type(step).__name__
-            planned.append(PlannedStep(str(label), step, tuple(args), dict(kwargs)))
-        plan = SagaPlan(tuple(planned))
+        try:
+            plan = plan_of(steps)
+        except SagaDefinitionError as exc:
+            raise UsageError(str(exc)) from None
         runner = SagaRunner(engine if engine is not None else WorkflowEngine(), {}, MockTools)
-        runner.check(plan)
         return cls(runner, plan, RunSettings(deadline=deadline, name=name))
 
     # -- reading the controls -------------------------------------------------------------------

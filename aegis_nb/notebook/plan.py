@@ -130,6 +130,17 @@ class SagaPlan:
         return entries
 
 
+def plan_of(saga: Sequence[PlanEntry]) -> SagaPlan:
+    """The plan of a saga list as `WorkflowEngine.execute_saga` takes it, its groups kept.
+
+    Each position is named by its label; a bad list is the engine's `SagaDefinitionError`.
+    """
+    specs = normalize_saga(list(saga))
+    return SagaPlan(
+        tuple(PlannedStep(spec.name, spec.step, spec.args, spec.kwargs, spec.group) for spec in specs)
+    )
+
+
 def parse_plan(
     names: Sequence[str], body: str, steps: Mapping[str, Any], namespace: Mapping[str, Any]
 ) -> SagaPlan:

@@ -32,9 +32,8 @@ from aegis_nb.mock.ledger import LedgerState
 from aegis_nb.notebook.injection import Fault, Hang
 from aegis_nb.notebook.mocktools import MockTools
 from aegis_nb.notebook.options import DEFAULT_REHEARSAL_TIMEOUT, MockKind
-from aegis_nb.notebook.plan import PlanEntry, PlannedStep, SagaPlan
+from aegis_nb.notebook.plan import PlanEntry, SagaPlan, plan_of
 from aegis_nb.notebook.runner import RunSettings, SagaRunner
-from aegis_nb.saga.definition import normalize_saga
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import (
     CompensationFailed,
@@ -262,10 +261,7 @@ async def rehearse_saga(
     With `tools` (the `MockTools` the steps call), each scenario gets a fresh agency with the same
     fault plan and the ledger is judged; without, only the compensations are.
     """
-    specs = normalize_saga(saga)
-    plan = SagaPlan(
-        tuple(PlannedStep(spec.name, spec.step, spec.args, spec.kwargs, spec.group) for spec in specs)
-    )
+    plan = plan_of(saga)
     runner = SagaRunner(engine or WorkflowEngine(), {}, lambda: _given(tools))
     settings = RunSettings(
         mock=None if tools is None else MockKind.TRAVEL, name=name, context=context or AegisContext()
