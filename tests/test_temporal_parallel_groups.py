@@ -26,7 +26,7 @@ if not STRICT:  # on a developer machine without the `temporal` extra, skip; und
 
 from temporalio.client import Client
 
-from aegis_nb import AegisContext, RetryPolicy, WorkflowEngine, parallel
+from aegis_nb import AegisContext, RetryPolicy, SagaDefinitionError, WorkflowEngine, parallel
 from aegis_nb.saga.events import SagaEvent, SagaRolledBackEvent, SagaStuck
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.temporal import TemporalSagaRunner, saga_worker
@@ -212,3 +212,13 @@ async def test_a_group_is_rolled_back_concurrently_or_in_reverse_start_order_as_
         ("CompensationSucceeded", "flight"),
         ("SagaRolledBackEvent", None),
     ]
+
+
+async def test_a_dynamic_saga_is_refused_by_the_runner_with_the_reason(client: Client) -> None:
+    with pytest.raises(SagaDefinitionError) as caught:
+        TemporalSagaRunner(client, "never-polled").saga(AegisContext())
+    assert str(caught.value) == (
+        "a dynamic saga cannot run on Temporal: a Temporal workflow is code the worker replays, "
+        "and a dynamic saga's steps are decided by the caller's code as it runs; run a list saga "
+        "(with parallel groups if need be), or the dynamic saga on a WorkflowEngine"
+    )

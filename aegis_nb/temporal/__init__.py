@@ -30,6 +30,7 @@ with needs_extra("temporal", "aegis_nb.temporal (sagas on Temporal)"):
         OUTCOME_MEMO,
         WORKFLOW_NAME,
     )
+    from aegis_nb.temporal.tracing import connect, tracing_interceptors
     from aegis_nb.temporal.worker import PASSED_THROUGH, saga_worker
     from aegis_nb.temporal.workflow import SagaWorkflow
 
@@ -46,5 +47,7 @@ __all__ = [
     "SagaWorkflow",
     "TemporalSagaHandle",
     "TemporalSagaRunner",
+    "connect",
     "saga_worker",
+    "tracing_interceptors",
 ]

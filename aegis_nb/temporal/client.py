@@ -220,6 +220,14 @@ class TemporalSagaRunner:
             raise unreachable from exc
         return TemporalSagaHandle(handle)
 
+    def saga(self, *args: object, **kwargs: object) -> None:
+        """Refused: a dynamic saga runs in-process only (see the README, "On Temporal")."""
+        raise SagaDefinitionError(
+            "a dynamic saga cannot run on Temporal: a Temporal workflow is code the worker replays, "
+            "and a dynamic saga's steps are decided by the caller's code as it runs; run a list saga "
+            "(with parallel groups if need be), or the dynamic saga on a WorkflowEngine"
+        )
+
     def attach(self, workflow_id: str) -> TemporalSagaHandle:
         """The saga started as `workflow_id` (by any client): follow it, wait for it, or replay its events."""
         return TemporalSagaHandle(self.client.get_workflow_handle(workflow_id, result_type=dict))
