@@ -246,3 +246,27 @@ def test_a_context_is_untouched_by_drawing() -> None:
     model = fold(events)
     for render in RENDERERS.values():
         assert "do-not-show" not in render(model)
+
+
+def test_a_group_too_big_to_draw_whole_folds_inside_its_frame() -> None:
+    """100 members: the folded members' rows stay in the group's one frame per phase."""
+    members = [Booking(f"m{i:03d}", 1 + i % 7) for i in range(100)]
+    events: list[SagaEvent] = []
+
+    async def body() -> None:
+        saga = [Booking("first", 1), parallel(*members), Booking("card", 1, fail="Card Declined!")]
+        await WorkflowEngine(sinks=[events.append]).run_saga(saga, run_id=RUN_ID)
+
+    run_on_virtual_clock(body)
+    model = fold(events)
+    text = render_text(model)
+    assert [line for line in text.splitlines() if "╓" in line or "╙" in line] == [
+        "  ╓ ∥ parallel · steps 2–101",
+        "  ╙",
+        "│ ╓ ∥ parallel · steps 2–101",
+        "│ ╙",
+    ]
+    assert "  Engine ⇢ 4–92 (folded)  ⋯ 89 arrows folded: 89 execute()" in text
+    assert render_svg(model).count('<g class="aegis-par"') == 2
+    mermaid = render_mermaid(model)
+    assert (mermaid.count("    par Step 2 (m000)\n"), mermaid.count("    and Step ")) == (2, 2 * 99)

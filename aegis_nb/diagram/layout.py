@@ -141,10 +141,13 @@ def layout(
 
 
 def _row_step(row: Row, lanes: Sequence[Lane]) -> int | None:
-    """The one step row `row` is about; ``None`` for a note and for folds (they may hold many)."""
-    if row.kind is not RowKind.MESSAGE or row.message is None or row.lane is None:
+    """The step row `row` is about: its message's, or a folded lane's first (so the rows of a big
+    group's folded members stay in the group's span); ``None`` for a note and a fold of many lanes."""
+    if row.lane is None or row.kind is RowKind.ROLLBACK:
         return None
-    return row.message.step if lanes[row.lane].kind is LaneKind.STEP else None
+    if row.message is not None:
+        return row.message.step
+    return lanes[row.lane].first
 
 
 def _lanes(model: SequenceModel, max_lanes: int) -> tuple[list[Lane], list[int]]:
