@@ -295,3 +295,32 @@ def test_the_explorer_has_a_control_per_member_and_runs_the_group(shell: Interac
     listed: object = ok(shell, "SagaExplorer.of([parallel(BookFlight, ReserveHotel), ChargeCard])").result
     assert isinstance(listed, SagaExplorer)
     assert list(listed.latency) == ["BookFlight", "ReserveHotel", "ChargeCard"]
+
+
+# Keyless: its booking cannot be told from its sibling's by key.
+KEYLESS = """%%aegis_step Keyless
+async def execute(ctx):
+    booked = await travel.call_tool("reserve_hotel", {"city": "Lisbon", "nights": 2})
+    return ctx.with_metadata({"hotel": booked})
+
+async def compensate(ctx):
+    await travel.call_tool("cancel_hotel", {"booking_id": ctx.metadata["hotel"]["booking_id"]})
+"""
+
+
+def test_a_keyless_booking_made_while_members_ran_is_left_live_not_blamed_on_a_sibling(
+    shell: InteractiveShell,
+) -> None:
+    ok(shell, FLIGHT)
+    ok(shell, KEYLESS)
+    rehearsal = rehearse(shell, "--mock travel --name pair", "Flight & Keyless\n")
+    # The hotel booked while the flight was running too: the flight, whose own booking was undone, is
+    # not said to have left it live; the booking is reported as nobody's.
+    assert repr(rehearsal).splitlines()[-5:] == [
+        "Keyless times out after acting  ↶ undone               ◷ timed out  rolled back  LEFT LIVE: HT-0001",
+        "",
+        "to fix:",
+        "  - Flight times out after acting: Flight acted (FL-0001) but was never compensated — mark it "
+        "--in-doubt and let its compensation undo by idempotency key.",
+        "  - Keyless times out after acting: HT-0001 left live after the rollback.",
+    ]
