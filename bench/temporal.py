@@ -18,7 +18,7 @@ worker is otherwise noticed by the activity's start-to-close timeout. Rounds of 
 interleaved and the median per saga of each kept; the ratio ours/hand is printed (target: at most
 1.05x, commit and rollback).
 
-    python bench/temporal.py [--sagas 20] [--rounds 5]
+    python bench/temporal.py [--sagas 20] [--rounds 5] [--server-config KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -130,13 +130,14 @@ class HandWrittenSaga:
 # -- measuring -------------------------------------------------------------------------------------
 
 
-async def measure(sagas: int, rounds: int) -> dict[tuple[str, bool], list[float]]:
+async def measure(sagas: int, rounds: int, config: list[str]) -> dict[tuple[str, bool], list[float]]:
     binary = Path(sys.executable).parent / "temporal"
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(binary) if binary.exists() else None,
         ip="127.0.0.1",
         ui=False,
         dev_server_log_level="error",
+        dev_server_extra_args=[arg for value in config for arg in ("--dynamic-config-value", value)],
     )
     client: Client = env.client
     ours_queue, hand_queue = f"ours-{uuid.uuid4().hex}", f"hand-{uuid.uuid4().hex}"
@@ -193,10 +194,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sagas", type=int, default=20, help="sagas per round and way")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of each way")
+    parser.add_argument(
+        "--server-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dynamic config value for the dev server (repeatable), e.g. to raise its poll rates",
+    )
     args = parser.parse_args()
     # The SDK logs every declined card as a warning: 100 of them would bury the result.
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
-    times = asyncio.run(measure(args.sagas, args.rounds))
+    times = asyncio.run(measure(args.sagas, args.rounds, args.server_config))
     print(f"travel saga on a Temporal dev server, {args.sagas} sagas x {args.rounds} rounds a way")
     for declined, label in ((False, "commit"), (True, "rollback")):
         ours = statistics.median(times[("ours", declined)])
