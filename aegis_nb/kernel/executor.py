@@ -27,7 +27,7 @@ T = TypeVar("T")
 class DeadlineGuard:
     """One cancel scope for a sequence of calls; says which call was running when time ran out."""
 
-    __slots__ = ("_clock", "_deadline", "_scope", "started_at", "step")
+    __slots__ = ("_clock", "_deadline", "_error", "_scope", "started_at", "step")
 
     def __init__(self, deadline: float, clock: Clock) -> None:
         self._scope = anyio.CancelScope(deadline=deadline)
@@ -35,6 +35,7 @@ class DeadlineGuard:
         self._clock = clock
         self.step: str | None = None
         self.started_at = clock()
+        self._error: ToolTimeoutError | None = None
 
     @property
     def deadline(self) -> float:
@@ -65,6 +66,17 @@ class DeadlineGuard:
         else:
             self.deadline = deadline
 
+    @property
+    def expired(self) -> bool:
+        """Whether the deadline has cancelled the calls inside (nothing else cancels the scope)."""
+        return self._scope.cancel_called
+
+    def timeout_error(self) -> ToolTimeoutError:
+        """The `ToolTimeoutError` for the call the deadline cut off, the one leaving the guard raises."""
+        if self._error is None:
+            self._error = ToolTimeoutError(self.step, self._deadline - self.started_at)
+        return self._error
+
     def begin(self, step: str, at: float | None = None) -> float:
         """Mark `step` as the running call, started `at` (default now); returns its start time."""
         self.step = step
@@ -83,8 +95,7 @@ class DeadlineGuard:
     ) -> bool:
         swallowed = self._scope.__exit__(exc_type, exc, tb)
         if self._scope.cancelled_caught:
-            budget = self._deadline - self.started_at
-            raise ToolTimeoutError(self.step, budget) from None
+            raise self.timeout_error() from None
         return bool(swallowed)
 
 

@@ -211,16 +211,7 @@ class Saga:
 
     async def run_planned(self) -> None:
         """Run the steps the saga was built with (the list form), in order, groups together."""
-        plan, position = self._plan, 0
-        execution = self._execution
-        while position < len(plan):
-            spec = plan[position]
-            if spec.group is None:
-                await execution.run_step(spec)
-                position += 1
-            else:
-                await execution.run_group(plan[position : position + spec.group.size])
-                position += spec.group.size
+        await self._execution.run_list(self._plan)
 
     # -- checking ------------------------------------------------------------------------------------
 

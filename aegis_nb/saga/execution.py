@@ -101,14 +101,36 @@ class Execution:
 
     # -- forward ------------------------------------------------------------------------------------
 
-    async def run_step(self, spec: StepSpec) -> AegisContext:
+    async def run_list(self, plan: Sequence[StepSpec]) -> None:
+        """Run a list saga's steps in order, a group's members together, under one shared scope.
+
+        A cancel scope costs more than the engine's own work per step, and a list's steps run back
+        to back, with no caller code between them, so they share one, touched only when the deadline
+        changes. A dynamic saga's steps each take their own: its code runs between them, where no
+        scope of the engine's may be left open.
+        """
+        guard = DeadlineGuard(math.inf, self.recorder.clock)
+        position = 0
+        with guard:
+            while position < len(plan):
+                spec = plan[position]
+                if spec.group is None:
+                    await self.run_step(spec, guard)
+                    position += 1
+                else:  # each member in its own task, under a deadline of its own
+                    guard.rearm(math.inf, self.recorder.clock())
+                    await self.run_group(plan[position : position + spec.group.size])
+                    position += spec.group.size
+
+    async def run_step(self, spec: StepSpec, guard: DeadlineGuard | None = None) -> AegisContext:
         """Run one step on the latest context; return its output, now the latest.
 
         A failure of the step itself is recorded (and owed a compensation if the step is in doubt)
-        before its exception is raised; a failure to record is raised as it is.
+        before its exception is raised; a failure to record is raised as it is. `guard` is the
+        scope the step shares with the others of its list, if it has one (see `run_list`).
         """
         step_input = self.context.for_step(self.recorder.run_id, spec.index)
-        output = await self._execute(spec, step_input, self.owed.append)
+        output = await self._execute(spec, step_input, self.owed.append, guard=guard)
         self.context = output
         return output
 
@@ -159,6 +181,7 @@ class Execution:
         step_input: AegisContext,
         owe: Callable[[OwedCompensation], None],
         why_cancelled: _Reason | None = None,
+        guard: DeadlineGuard | None = None,
     ) -> AegisContext:
         """Record the step's start, run it under its deadline, record how it ended, note what it owes."""
         recorder, clock = self.recorder, self.recorder.clock
@@ -174,7 +197,11 @@ class Execution:
             StepStarted(*recorder.header(started), index=spec.index, step=spec.name, group=group_start(spec))
         )
         try:
-            if deadline == math.inf:
+            if guard is not None:
+                guard.rearm(deadline, started)
+                guard.begin(spec.name, started)
+                result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
+            elif deadline == math.inf:
                 result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
             else:
                 with DeadlineGuard(deadline, clock) as guard:
@@ -182,7 +209,9 @@ class Execution:
                     result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
             output = step_input if result is None else self._accept(spec, step_input, result)
         except BaseException as exc:
-            await self._record_failure(spec, step_input, started, exc, owe, why_cancelled)
+            # The shared scope's deadline cancelled the step: a timeout, raised as one on leaving it.
+            failure = guard.timeout_error() if guard is not None and guard.expired else exc
+            await self._record_failure(spec, step_input, started, failure, owe, why_cancelled)
             raise
         owe(OwedCompensation(spec, output))
         now = clock()
