@@ -86,7 +86,7 @@ class Mark(enum.Enum):
     FAILED = "failed"
     TIMED_OUT = "timed out"
     CANCELLED = "cancelled"
-    """Stopped by the engine because a sibling in its parallel group failed."""
+    """Cancelled before it ended: in a rehearsal, by the engine, because a sibling in its group failed."""
     UNDONE = "undone"
     UNDONE_BUT_LIVE = "undone, but still live"
     LEFT_LIVE = "left live"
