@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 from mcp import Client
-from mcp.types import CallToolResult, RequestParamsMeta, TextContent
+from mcp.types import CallToolResult, RequestParamsMeta, TextContent, ToolAnnotations
 
 from aegis_nb.kernel.errors import SagaDefinitionError, ToolError
 from aegis_nb.kernel.values import Secret
@@ -87,6 +87,11 @@ class Agency:
             assert result is not None
             del self.ledger[result["charge_id"]]
 
+        @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+        async def list_bookings() -> dict[str, Any]:
+            """What the ledger holds."""
+            return {"bookings": sorted(self.ledger)}
+
         @app.tool(compensate=refund, secret=["card"])
         async def charge_card(card: str, amount_cents: int, idempotency_key: str = "") -> dict[str, Any]:
             """Charge a card."""
@@ -125,6 +130,7 @@ async def test_saga_tools_are_served_and_each_compensable_tool_takes_a_saga_hand
         "cancel_flight",
         "cancel_hotel",
         "charge_card",
+        "list_bookings",
         "reserve_hotel",
         "saga_begin",
         "saga_commit",
@@ -347,3 +353,30 @@ def test_declarations_are_checked_when_the_tool_is_registered() -> None:
         app.add_tool(takes_saga, compensate=undo)
     with pytest.raises(SagaDefinitionError, match=r"^compensate= takes an `async def undo"):
         app.add_tool(secretive, compensate=42)  # type: ignore[arg-type]
+
+
+async def test_a_handle_on_a_tool_that_is_not_compensable_is_refused_and_a_read_only_tool_ignores_it() -> (
+    None
+):
+    agency = Agency()
+    async with Client(agency.app) as client:
+        begun = await call(client, "saga_begin")
+        assert begun.structured_content is not None
+        handle = begun.structured_content["saga"]
+        await call(client, "reserve_hotel", guest="Ada", nights=1, saga=handle)
+        by_argument = await call(client, "cancel_hotel", reservation="H-Ada-1", guest="Ada", saga=handle)
+        by_meta = await call(
+            client, "cancel_hotel", meta={"aegis-nb/saga": handle}, reservation="H-Ada-1", guest="Ada"
+        )
+        listed = await call(client, "list_bookings", saga=handle)
+        await call(client, "saga_commit", saga=handle)
+    expected = (
+        "cancel_hotel is not compensable: it cannot be a step of a saga, and nothing was done; "
+        "call it without the saga handle to run it outside the saga"
+    )
+    for refused in (by_argument, by_meta):
+        assert (refused.is_error, text(refused)) == (True, expected)
+        assert refused.meta is not None
+        assert refused.meta.get(REFUSED_META_KEY) is True
+    assert (agency.undo_calls, agency.ledger) == ([], {"H-Ada-1": "Ada"})
+    assert listed.structured_content == {"bookings": ["H-Ada-1"]}

@@ -43,7 +43,13 @@ from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_life
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.journal import Journal
-from aegis_nb.server.compensable import CompensableCall, Compensation, undo_of
+from aegis_nb.server.compensable import (
+    SAGA_ARGUMENT,
+    SAGA_META_KEY,
+    CompensableCall,
+    Compensation,
+    undo_of,
+)
 from aegis_nb.server.deadline import InvalidRequestMeta, check_timeout, request_deadline, too_late
 from aegis_nb.server.http_security import (
     DEFAULT_MAX_SESSIONS,
@@ -541,13 +547,36 @@ class AegisMCP(MCPServer[Any]):
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
         """As the SDK's, its refusals marked ``aegis-nb/refused`` (the tool did nothing): an unknown
-        tool, and arguments its validation rejects, in the SDK's words."""
+        tool, and arguments its validation rejects, in the SDK's words; and, on a server with
+        compensable tools, a saga handle given to a tool that can be no step of a saga."""
+        if self._compensable and name not in self._compensable:
+            refusal = self._not_a_saga_step(name, arguments, request_meta(context))
+            if refusal is not None:
+                return refusal
         try:
             return await super().call_tool(name, arguments, context)
         except SdkToolError as exc:
             if not refused_on_arrival(exc):
                 raise
             return error_result(str(exc), refused=True)
+
+    def _not_a_saga_step(
+        self, name: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None
+    ) -> CallToolResult | None:
+        """A refusal for a saga handle on a tool that is not compensable: run as a plain call, the
+        agent would take it for a step that a rollback undoes. Read-only tools change nothing, so
+        they take a handle and ignore it; a tool with its own ``saga`` parameter keeps it."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is None or (tool.annotations is not None and tool.annotations.read_only_hint):
+            return None
+        own = SAGA_ARGUMENT in tool.parameters.get("properties", {})
+        if (SAGA_ARGUMENT not in arguments or own) and not (meta and meta.get(SAGA_META_KEY)):
+            return None
+        return error_result(
+            f"{name} is not compensable: it cannot be a step of a saga, and nothing was done; "
+            "call it without the saga handle to run it outside the saga",
+            refused=True,
+        )
 
     def _refused_arguments(self, name: str, arguments: Mapping[str, Any]) -> CallToolResult | None:
         """A refusal if `arguments` (as pydantic validated them) break the tool's published schema.
