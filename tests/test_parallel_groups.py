@@ -30,7 +30,7 @@ from aegis_nb import (
 )
 from aegis_nb.saga import StepEvent
 from aegis_nb.testing import EventCapture
-from tests.steps import NO_WAIT, Boom, Calls, Recorded
+from tests.steps import ASYNCIO_ONLY, NO_WAIT, Boom, Calls, Recorded
 
 pytestmark = pytest.mark.anyio
 
@@ -390,3 +390,49 @@ async def test_a_dynamic_group_runs_as_the_same_group_in_a_list() -> None:
     assert sorted(merged.metadata) == ["car_key", "flight_id", "hotel_key"]
     assert settled(shape(dynamic), "hotel", "car") == settled(shape(listed), "hotel", "car")
     assert ("StepSucceeded", "car", "2", "1") in shape(listed)
+
+
+async def test_an_interrupt_in_one_members_compensation_propagates_as_it_is() -> None:
+    calls = Calls()
+    saga, members = failing_group(calls)
+
+    async def interrupted(ctx: AegisContext) -> None:
+        raise KeyboardInterrupt
+
+    members["hotel"].compensate = interrupted  # type: ignore[method-assign]
+
+    with pytest.raises(KeyboardInterrupt):
+        await WorkflowEngine().run_saga(saga, name="trip")
+
+
+@ASYNCIO_ONLY  # asyncio starts tasks in order; trio's order varies, so the hotel may begin first
+async def test_a_member_whose_task_begins_after_the_group_failed_never_starts() -> None:
+    calls, capture = Calls(), EventCapture()
+
+    class FailsAtOnce:
+        """Fails before its first await, so its siblings' tasks have not begun."""
+
+        name = "card"
+
+        async def execute(self, ctx: AegisContext) -> None:
+            raise Boom("declined")
+
+        async def compensate(self, ctx: AegisContext) -> None:
+            pass
+
+    run = await WorkflowEngine(sinks=[capture]).run_saga(
+        [Recorded("flight", calls), parallel(FailsAtOnce(), Member("hotel", calls))]
+    )
+
+    assert run.status is SagaStatus.ROLLED_BACK
+    assert capture.trail() == [
+        ("SagaStarted",),
+        ("StepStarted", "flight"),
+        ("StepSucceeded", "flight"),
+        ("StepStarted", "card"),
+        ("StepFailed", "card"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaRolledBackEvent",),
+    ]
+    assert calls.trail() == [("execute", "flight"), ("compensate", "flight")]

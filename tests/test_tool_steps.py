@@ -21,6 +21,7 @@ from aegis_nb.mock.travel import travel_saga, trip_context
 from aegis_nb.saga.definition import SagaEntry, Step
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import CompensationFailed, CompensationStarted
+from aegis_nb.saga.parallel import ParallelGroup
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.server.app import AegisMCP
 from aegis_nb.server.session import connect
@@ -70,6 +71,9 @@ def deadline_after(saga: list[SagaEntry], name: str, seconds: float) -> list[Sag
     entries: list[SagaEntry] = []
     found = 0
     for entry in saga:
+        if isinstance(entry, ParallelGroup):
+            entries.append(entry)
+            continue
         step, args, kwargs = entry if isinstance(entry, tuple) else (entry, (), {})
         if getattr(step, "name", None) == name:
             step, found = ThenDeadline(step, seconds), found + 1

@@ -44,8 +44,8 @@ class Step(Protocol):
     async def compensate(self, ctx: AegisContext, /, *args: Any, **kwargs: Any) -> object: ...
 
 
-SagaEntry = Step | tuple[Step, Sequence[Any], Mapping[str, Any]]
-"""One entry of a saga list: a bare step or ``(step, args, kwargs)``."""
+SagaEntry = Step | tuple[Step, Sequence[Any], Mapping[str, Any]] | ParallelGroup
+"""One entry of a saga list: a bare step, ``(step, args, kwargs)`` or a `parallel(...)` group."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,6 +148,8 @@ class Execution:
         failed: list[BaseException] = []
 
         async def member(spec: StepSpec, group: anyio.abc.TaskGroup) -> None:
+            if failed:  # the group failed before this member's task began: it never starts
+                return
             try:
                 outputs[spec.index] = await self._execute(
                     spec, start.for_step(run_id, spec.index), owed.append, lambda: _sibling(failed)

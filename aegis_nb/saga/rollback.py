@@ -171,12 +171,26 @@ class _Rollback:
             _Rollback(self.recorder, (member,), self.default_retry, self.budget, self.secrets)
             for member in group.members
         ]
+        interrupts: list[BaseException] = []
+
+        async def compensate(rollback: _Rollback) -> None:
+            try:
+                await rollback.run()
+            except anyio.get_cancelled_exc_class():
+                raise
+            except BaseException as exc:  # an interrupt, recorded and still owed: see below
+                interrupts.append(exc)
+
+        # Caught in its task: asyncio raises an interrupt that leaves a task out of the event loop
+        # itself, past every handler. The siblings finish their own compensations, then it is raised.
         async with anyio.create_task_group() as tasks:
             for rollback in rollbacks:
-                tasks.start_soon(rollback.run)
+                tasks.start_soon(compensate, rollback)
         for rollback in rollbacks:
             self.compensated += rollback.compensated
             self.failures += rollback.failures
+        if interrupts:
+            raise interrupts[0]
 
     async def _compensate(self, spec: StepSpec, snapshot: AegisContext, backstop: DeadlineGuard) -> None:
         """Compensate `spec` until an attempt succeeds or its retries are spent."""
