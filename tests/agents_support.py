@@ -3,11 +3,14 @@ expected states, the trip agents they play, and each client's tool call as the t
 
 from __future__ import annotations
 
+import enum
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+import pytest
 from mcp.types import CallToolResult
 
 from aegis_nb.mock import DECLINED_TEST_CARD, Ledger
@@ -61,9 +64,41 @@ def policy_file(directory: Path, ledger: Path) -> Path:
     return path
 
 
-def gateway_command(policy: Path) -> tuple[str, list[str]]:
-    """The command that serves the gateway over stdio, as a client spawns it."""
-    return sys.executable, ["-m", "aegis_nb.cli", "gateway", str(policy)]
+class Served(enum.Enum):
+    """What the agent talks to: the gateway in front of the mock agency (a stdio upstream of its own),
+    or an `AegisMCP` app whose own tools are compensable (tests/servers/compensable_agency.py)."""
+
+    GATEWAY = "gateway"
+    AEGISMCP = "aegismcp"
+
+
+LEDGER_VARIABLE: Final = "AEGIS_AGENT_LEDGER"
+"""Where tests/servers/compensable_agency.py keeps its ledger."""
+
+
+def serve_arguments(
+    served: Served, directory: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """The ``aegis-nb`` arguments that serve `served` with its ledger in the file `ledger` (the app
+    finds it in `LEDGER_VARIABLE`, set here for the children this test starts)."""
+    if served is Served.GATEWAY:
+        return ["gateway", str(policy_file(directory, ledger))]
+    monkeypatch.setenv(LEDGER_VARIABLE, str(ledger))
+    return ["serve", "tests.servers.compensable_agency:app"]
+
+
+def child_environment() -> dict[str, str]:
+    """Ours, whole, for a stdio child (the SDK's default keeps only a few variables)."""
+    return dict(os.environ)
+
+
+def stdio_command(arguments: list[str]) -> tuple[str, list[str]]:
+    """The command that serves ``aegis-nb ARGUMENTS`` over stdio, as a client spawns it (from the
+    repository root, run with `ROOT` as its working directory, so `tests.servers` imports)."""
+    return sys.executable, ["-m", "aegis_nb.cli", *arguments]
+
+
+ROOT: Final = Path(__file__).resolve().parent.parent
 
 
 def ledger_of(path: Path) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""`fastmcp.Client` makes an agent's calls straight through ``call_tool``, no model: through the
-gateway in front of the mock agency (a stdio upstream), served over stdio and streamable HTTP, a
-declined card and ``saga_rollback`` leave the ledger empty, and a charge retried with another card
-inside the saga commits exactly that trip; fastmcp's own error (``ToolError`` with the upstream's
-text) is what a failed call inside a saga raises by default."""
+"""`fastmcp.Client` makes an agent's calls straight through ``call_tool``, no model, through the
+gateway in front of the mock agency (a stdio upstream) and through an `AegisMCP` app whose tools
+are compensable, served over stdio and streamable HTTP: a declined card and ``saga_rollback`` leave
+the ledger empty (each server, each transport), and a charge retried with another card inside the
+saga commits exactly that trip (the app over stdio, the gateway over HTTP); fastmcp's own error
+(``ToolError`` with the tool's text) is what a failed call inside a saga raises by default."""
 
 from __future__ import annotations
 
@@ -28,12 +29,15 @@ from tests.agents_support import (
     RETRIED_MOVES,
     RETRIED_STEPS,
     RETRYING_AGENT,
+    ROOT,
+    Served,
+    child_environment,
     committed_trip,
-    gateway_command,
     ledger_of,
     moves,
-    policy_file,
+    serve_arguments,
     status_steps,
+    stdio_command,
     trip_in,
 )
 from tests.servers.launch import http_server
@@ -48,16 +52,17 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def served_gateway(transport: str, policy: Path) -> AsyncIterator[Client[Any]]:
-    """A fastmcp client of the gateway served by ``aegis-nb gateway`` in a process of its own."""
+async def served(transport: str, arguments: list[str]) -> AsyncIterator[Client[Any]]:
+    """A fastmcp client of ``aegis-nb ARGUMENTS`` served in a process of its own."""
     if transport == "stdio":
-        command, args = gateway_command(policy)
-        async with Client(StdioTransport(command, args), init_timeout=INIT_TIMEOUT) as client:
+        command, args = stdio_command(arguments)
+        stdio = StdioTransport(command, args, env=child_environment(), cwd=str(ROOT))
+        async with Client(stdio, init_timeout=INIT_TIMEOUT) as client:
             yield client
         return
     async with (
-        http_server("gateway", str(policy)) as served,
-        Client(served.url, init_timeout=INIT_TIMEOUT) as client,
+        http_server(*arguments) as http,
+        Client(http.url, init_timeout=INIT_TIMEOUT) as client,
     ):
         yield client
 
@@ -74,11 +79,12 @@ def caller(client: Client[Any]) -> Any:
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("served_by", list(Served), ids=lambda s: s.value)
 async def test_a_declined_card_and_saga_rollback_leave_the_ledger_empty(
-    transport: str, tmp_path: Path
+    served_by: Served, transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = tmp_path / "ledger.db"
-    async with served_gateway(transport, policy_file(tmp_path, ledger)) as client:
+    async with served(transport, serve_arguments(served_by, tmp_path, ledger, monkeypatch)) as client:
         seen, answer = await DECLINED_AGENT.drive(caller(client))
     assert moves(seen) == DECLINED_MOVES
     assert status_steps(seen, "saga_rollback") == DECLINED_STEPS
@@ -87,9 +93,14 @@ async def test_a_declined_card_and_saga_rollback_leave_the_ledger_empty(
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-async def test_a_declined_charge_retried_inside_the_saga_commits(transport: str, tmp_path: Path) -> None:
+async def test_a_declined_charge_retried_inside_the_saga_commits(
+    transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = tmp_path / "ledger.db"
-    async with served_gateway(transport, policy_file(tmp_path, ledger)) as client:
+    arguments = serve_arguments(
+        Served.GATEWAY if transport == "http" else Served.AEGISMCP, tmp_path, ledger, monkeypatch
+    )
+    async with served(transport, arguments) as client:
         seen, answer = await RETRYING_AGENT.drive(caller(client))
     assert moves(seen) == RETRIED_MOVES
     assert status_steps(seen, "saga_commit") == RETRIED_STEPS
@@ -97,9 +108,11 @@ async def test_a_declined_charge_retried_inside_the_saga_commits(transport: str,
     assert trip_in(ledger_of(ledger)) == committed_trip("FL-0001", "HT-0001", "CH-0001")
 
 
-async def test_a_declined_charge_raises_fastmcps_tool_error_and_the_saga_stays_open(tmp_path: Path) -> None:
+async def test_a_declined_charge_raises_fastmcps_tool_error_and_the_saga_stays_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = tmp_path / "ledger.db"
-    async with served_gateway("stdio", policy_file(tmp_path, ledger)) as client:
+    async with served("stdio", serve_arguments(Served.AEGISMCP, tmp_path, ledger, monkeypatch)) as client:
         begun = await client.call_tool("saga_begin", {})
         saga = begun.data["saga"]
         await client.call_tool("book_flight", {"destination": "Oslo", "saga": saga})

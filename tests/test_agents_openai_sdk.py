@@ -1,7 +1,9 @@
 """The OpenAI Agents SDK's MCP client (`MCPServerStdio`, `MCPServerStreamableHttp`) makes an agent's
-calls straight through ``call_tool``, no model: through the gateway in front of the mock agency (a
-stdio upstream), served over stdio and streamable HTTP, a declined card and ``saga_rollback`` leave
-the ledger empty, and a charge retried with another card inside the saga commits exactly that trip."""
+calls straight through ``call_tool``, no model, through the gateway in front of the mock agency (a
+stdio upstream) and through an `AegisMCP` app whose tools are compensable, served over stdio and
+streamable HTTP: a declined card and ``saga_rollback`` leave the ledger empty (each server, each
+transport), and a charge retried with another card inside the saga commits exactly that trip (the
+gateway over stdio, the app over HTTP)."""
 
 from __future__ import annotations
 
@@ -24,13 +26,16 @@ from tests.agents_support import (
     RETRIED_MOVES,
     RETRIED_STEPS,
     RETRYING_AGENT,
+    ROOT,
+    Served,
+    child_environment,
     committed_trip,
-    gateway_command,
     ledger_of,
     moves,
-    policy_file,
     seen_from_result,
+    serve_arguments,
     status_steps,
+    stdio_command,
     trip_in,
 )
 from tests.servers.launch import http_server
@@ -45,19 +50,18 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def served_gateway(transport: str, policy: Path) -> AsyncIterator[MCPServer]:
-    """The SDK's client of the gateway served by ``aegis-nb gateway`` in a process of its own."""
+async def served(transport: str, arguments: list[str]) -> AsyncIterator[MCPServer]:
+    """The SDK's client of ``aegis-nb ARGUMENTS`` served in a process of its own."""
     server: MCPServer
     if transport == "stdio":
-        command, args = gateway_command(policy)
-        server = MCPServerStdio(
-            {"command": command, "args": args}, client_session_timeout_seconds=INIT_TIMEOUT
-        )
+        command, args = stdio_command(arguments)
+        params = {"command": command, "args": args, "env": child_environment(), "cwd": str(ROOT)}
+        server = MCPServerStdio(params, client_session_timeout_seconds=INIT_TIMEOUT)  # type: ignore[arg-type]
         async with server:
             yield server
         return
-    async with http_server("gateway", str(policy)) as served:
-        server = MCPServerStreamableHttp({"url": served.url}, client_session_timeout_seconds=INIT_TIMEOUT)
+    async with http_server(*arguments) as http:
+        server = MCPServerStreamableHttp({"url": http.url}, client_session_timeout_seconds=INIT_TIMEOUT)
         async with server:
             yield server
 
@@ -70,11 +74,12 @@ def caller(server: MCPServer) -> Any:
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("served_by", list(Served), ids=lambda s: s.value)
 async def test_a_declined_card_and_saga_rollback_leave_the_ledger_empty(
-    transport: str, tmp_path: Path
+    served_by: Served, transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = tmp_path / "ledger.db"
-    async with served_gateway(transport, policy_file(tmp_path, ledger)) as server:
+    async with served(transport, serve_arguments(served_by, tmp_path, ledger, monkeypatch)) as server:
         listed = sorted(tool.name for tool in await server.list_tools())
         seen, answer = await DECLINED_AGENT.drive(caller(server))
     assert {"saga_begin", "saga_status", "saga_commit", "saga_rollback", "book_flight"} <= set(listed)
@@ -85,9 +90,14 @@ async def test_a_declined_card_and_saga_rollback_leave_the_ledger_empty(
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-async def test_a_declined_charge_retried_inside_the_saga_commits(transport: str, tmp_path: Path) -> None:
+async def test_a_declined_charge_retried_inside_the_saga_commits(
+    transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = tmp_path / "ledger.db"
-    async with served_gateway(transport, policy_file(tmp_path, ledger)) as server:
+    arguments = serve_arguments(
+        Served.AEGISMCP if transport == "http" else Served.GATEWAY, tmp_path, ledger, monkeypatch
+    )
+    async with served(transport, arguments) as server:
         seen, answer = await RETRYING_AGENT.drive(caller(server))
     assert moves(seen) == RETRIED_MOVES
     assert status_steps(seen, "saga_commit") == RETRIED_STEPS

@@ -1,9 +1,9 @@
 """A pydantic-ai `Agent`, its model scripted (`FunctionModel`, no network), books a trip through the
-gateway in front of the mock agency (a stdio upstream), the gateway served over stdio and over
-streamable HTTP: when the card is declined the model calls ``saga_rollback``, the ledger ends empty
-and the model's answer quotes the rollback; when it retries the charge with another card inside the
-saga it commits, with exactly that trip booked; and a saga the model abandons is rolled back at its
-TTL (waited for on the engine's event, not a sleep)."""
+gateway in front of the mock agency (a stdio upstream) and through an `AegisMCP` app whose tools are
+compensable, each served over stdio and over streamable HTTP: when the card is declined the model
+calls ``saga_rollback``, the ledger ends empty and the model's answer quotes the rollback; when it
+retries the charge with another card inside the saga it commits, with exactly that trip booked; and
+a saga the model abandons is rolled back at its TTL (waited for on the engine's event, not a sleep)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 
 from aegis_nb.gateway import Gateway, load_policy
-from aegis_nb.mock import DECLINED_TEST_CARD
+from aegis_nb.mock import DECLINED_TEST_CARD, Ledger
 from aegis_nb.notebook.trip_agent import Seen, TripAgent, seen_in
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent, SagaRolledBackEvent
+from aegis_nb.server.app import AegisMCP
 from tests.agents_support import (
     DECLINED_AGENT,
     DECLINED_ANSWER,
@@ -33,14 +34,19 @@ from tests.agents_support import (
     RETRIED_MOVES,
     RETRIED_STEPS,
     RETRYING_AGENT,
+    ROOT,
+    Served,
+    child_environment,
     committed_trip,
-    gateway_command,
     ledger_of,
     moves,
     policy_file,
+    serve_arguments,
     status_steps,
+    stdio_command,
     trip_in,
 )
+from tests.servers.compensable_agency import build
 from tests.servers.launch import http_server
 
 pytestmark = pytest.mark.anyio
@@ -53,15 +59,14 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def served_gateway(transport: str, policy: Path) -> AsyncIterator[MCPToolset[Any]]:
-    """A toolset on the gateway served by ``aegis-nb gateway`` in a process of its own."""
+async def served(transport: str, arguments: list[str]) -> AsyncIterator[MCPToolset[Any]]:
+    """A toolset on ``aegis-nb ARGUMENTS`` served in a process of its own."""
     if transport == "stdio":
-        command, args = gateway_command(policy)
-        yield MCPToolset(
-            StdioTransport(command, args), tool_error_behavior="failed", init_timeout=INIT_TIMEOUT
-        )
+        command, args = stdio_command(arguments)
+        stdio = StdioTransport(command, args, env=child_environment(), cwd=str(ROOT))
+        yield MCPToolset(stdio, tool_error_behavior="failed", init_timeout=INIT_TIMEOUT)
         return
-    async with http_server("gateway", str(policy)) as server:
+    async with http_server(*arguments) as server:
         yield MCPToolset(server.url, tool_error_behavior="failed", init_timeout=INIT_TIMEOUT)
 
 
@@ -73,11 +78,12 @@ async def run_agent(agent: TripAgent, toolset: MCPToolset[Any]) -> tuple[tuple[S
 
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("served_by", list(Served), ids=lambda s: s.value)
 async def test_a_declined_card_and_the_models_rollback_leave_the_ledger_empty(
-    transport: str, tmp_path: Path
+    served_by: Served, transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = tmp_path / "ledger.db"
-    async with served_gateway(transport, policy_file(tmp_path, ledger)) as toolset:
+    async with served(transport, serve_arguments(served_by, tmp_path, ledger, monkeypatch)) as toolset:
         seen, answer = await run_agent(DECLINED_AGENT, toolset)
     assert moves(seen) == DECLINED_MOVES
     assert status_steps(seen, "saga_rollback") == DECLINED_STEPS
@@ -87,11 +93,12 @@ async def test_a_declined_card_and_the_models_rollback_leave_the_ledger_empty(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("served_by", list(Served), ids=lambda s: s.value)
 async def test_the_model_retries_a_declined_charge_inside_the_saga_and_commits(
-    transport: str, tmp_path: Path
+    served_by: Served, transport: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = tmp_path / "ledger.db"
-    async with served_gateway(transport, policy_file(tmp_path, ledger)) as toolset:
+    async with served(transport, serve_arguments(served_by, tmp_path, ledger, monkeypatch)) as toolset:
         seen, answer = await run_agent(RETRYING_AGENT, toolset)
     assert moves(seen) == RETRIED_MOVES
     assert status_steps(seen, "saga_commit") == RETRIED_STEPS
@@ -100,32 +107,38 @@ async def test_the_model_retries_a_declined_charge_inside_the_saga_and_commits(
 
 
 @pytest.mark.slow
-async def test_a_saga_the_model_abandons_is_rolled_back_at_its_ttl(tmp_path: Path) -> None:
+@pytest.mark.parametrize("served_by", list(Served), ids=lambda s: s.value)
+async def test_a_saga_the_model_abandons_is_rolled_back_at_its_ttl(served_by: Served, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger.db"
     rolled_back = anyio.Event()
-    events: list[SagaEvent] = []
 
     def sink(event: SagaEvent) -> None:
-        events.append(event)
         if isinstance(event, SagaRolledBackEvent):
             rolled_back.set()
 
-    # In process, so the test can wait on the engine's own event; the agency is still a stdio child.
-    gateway = Gateway(load_policy(policy_file(tmp_path, ledger)), engine=WorkflowEngine(sinks=[sink]))
+    # In process, so the test can wait on the engine's own event (the gateway's agency is still a
+    # stdio child); the toolset is held open around the run, so the server's sagas outlive the run.
+    server: AegisMCP
+    if served_by is Served.GATEWAY:
+        server = Gateway(load_policy(policy_file(tmp_path, ledger)), engine=WorkflowEngine(sinks=[sink]))
+    else:
+        server = build(Ledger(ledger))
+        server.workflow_engine.subscribe(sink)
     agent = TripAgent(cards=(DECLINED_TEST_CARD,), abandon=True, ttl_seconds=0.2)
-    async with gateway:
-        seen, answer = await run_agent(agent, MCPToolset(gateway, tool_error_behavior="failed"))
+    toolset = MCPToolset(server, tool_error_behavior="failed", init_timeout=INIT_TIMEOUT)
+    async with toolset:
+        seen, answer = await run_agent(agent, toolset)
         standing = ledger_of(ledger)
         with anyio.fail_after(30):
             await rolled_back.wait()
-        status = await gateway.handles.status(seen[0].content["saga"])
+        status = await toolset.direct_call_tool("saga_status", {"saga": seen[0].content["saga"]})
     assert moves(seen) == DECLINED_MOVES[:-1]  # no saga_rollback: the model gave up and answered
     assert answer == "I stopped: charge_card failed (Card Declined!)."
     assert (len(standing["flights"]), len(standing["hotels"])) == (1, 1)  # standing until the TTL
-    assert (status.phase.value, status.reason) == ("rolled_back", "idle past its TTL")
-    assert [(s.name, s.state.value) for s in status.steps] == [
-        ("book_flight", "undone"),
-        ("reserve_hotel", "undone"),
-        ("charge_card", "failed"),
+    assert (status["status"], status["reason"]) == ("rolled_back", "idle past its TTL")
+    assert status["steps"] == [
+        {"index": 0, "name": "book_flight", "state": "undone"},
+        {"index": 1, "name": "reserve_hotel", "state": "undone"},
+        {"index": 2, "name": "charge_card", "state": "failed", "detail": "ToolError: Card Declined!"},
     ]
     assert ledger_of(ledger) == EMPTY_AFTER_TWO_CANCELLATIONS
