@@ -82,6 +82,7 @@ from aegis_nb.server.temporal_runs import (
     wrap_engine,
 )
 from aegis_nb.server.validation import ArgumentChecker
+from aegis_nb.tracing import Tracing, tracing_sink
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,6 +126,7 @@ class AegisMCP(MCPServer[Any]):
         tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT,
         journal: str | os.PathLike[str] | Journal | None = None,
         temporal: RemoteRunner | None = None,
+        tracing: Tracing = None,
         saga_ttl: float = DEFAULT_TTL,
         saga_timeout: float | None = DEFAULT_SAGA_TIMEOUT,
         **kwargs: Any,
@@ -134,9 +136,10 @@ class AegisMCP(MCPServer[Any]):
         `journal` (a SQLite file path, or a `Journal`) makes the workflows durable: on start-up, before
         serving, the server rolls back every run a crash left unfinished. `temporal` (a
         `TemporalSagaRunner`) runs the workflows' sagas on Temporal, and adds the ``workflow_status`` tool
-        (aegis_nb.server.temporal_runs). Agent sagas over compensable
-        tools (``@app.tool(compensate=...)``) are rolled back idle past `saga_ttl` seconds, or past
-        `saga_timeout`. Other keyword arguments go to
+        (aegis_nb.server.temporal_runs). `tracing` records the runs as OpenTelemetry spans (a
+        `SagaTracer`, True or False; None: if a tracer provider is configured by now; see
+        aegis_nb.tracing). Agent sagas over compensable tools (``@app.tool(compensate=...)``) are rolled
+        back idle past `saga_ttl` seconds, or past `saga_timeout`. Other keyword arguments go to
         `MCPServer` unchanged.
         """
         own_lifespan: Lifespan | None = kwargs.get("lifespan")
@@ -150,6 +153,9 @@ class AegisMCP(MCPServer[Any]):
             super().__init__(name, **kwargs)
         self._own_lifespan = own_lifespan
         self.workflow_engine = engine or WorkflowEngine()
+        tracer = tracing_sink(tracing)
+        if tracer is not None:  # tracing off adds no sink: it costs nothing
+            self.workflow_engine.subscribe(tracer)
         self.workflow_timeout = check_timeout(workflow_timeout, "workflow_timeout")
         self.tool_timeout = check_timeout(tool_timeout, "tool_timeout")
         self._executor = ToolExecutor()
