@@ -3,7 +3,9 @@ gateway in front of the mock agency (a stdio upstream) and through an `AegisMCP`
 compensable, each served over stdio and over streamable HTTP: when the card is declined the model
 calls ``saga_rollback``, the ledger ends empty and the model's answer quotes the rollback; when it
 retries the charge with another card inside the saga it commits, with exactly that trip booked; and
-a saga the model abandons is rolled back at its TTL (waited for on the engine's event, not a sleep)."""
+a saga the model abandons is rolled back at its TTL (waited for on the engine's event, not a sleep).
+Failures reach the model as failed tool returns (``tool_error_behavior='failed'``) or, by default,
+as retry requests: the scripted model reads both."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ import pytest
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.messages import ToolReturnPart
 
 from aegis_nb.gateway import Gateway, load_policy
-from aegis_nb.mock import DECLINED_TEST_CARD, Ledger
+from aegis_nb.mock import DECLINED_TEST_CARD, Ledger, TravelAgency
 from aegis_nb.notebook.trip_agent import Seen, TripAgent, seen_in
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent, SagaRolledBackEvent
@@ -48,6 +51,7 @@ from tests.agents_support import (
 )
 from tests.servers.compensable_agency import build
 from tests.servers.launch import http_server
+from tests.test_gateway_policy_errors import SHIPPED
 
 pytestmark = pytest.mark.anyio
 
@@ -142,3 +146,19 @@ async def test_a_saga_the_model_abandons_is_rolled_back_at_its_ttl(served_by: Se
         {"index": 2, "name": "charge_card", "state": "failed", "detail": "ToolError: Card Declined!"},
     ]
     assert ledger_of(ledger) == EMPTY_AFTER_TWO_CANCELLATIONS
+
+
+async def test_by_default_a_declined_charge_is_a_retry_request_and_the_model_still_rolls_back() -> None:
+    # tool_error_behavior left at 'retry': the failure reaches the model as a retried tool return.
+    agency = TravelAgency()
+    gateway = Gateway(load_policy(SHIPPED), upstreams={"agency": agency.server})
+    result = await Agent(DECLINED_AGENT.function_model(), toolsets=[MCPToolset(gateway)]).run("A trip.")
+    failed = [
+        part.outcome
+        for message in result.all_messages()
+        for part in getattr(message, "parts", ())
+        if isinstance(part, ToolReturnPart) and part.tool_name == "charge_card"
+    ]
+    assert (failed, moves(tuple(seen_in(result.all_messages())))) == (["retried"], DECLINED_MOVES)
+    assert result.output == DECLINED_ANSWER
+    assert agency.state().to_json() == EMPTY_AFTER_TWO_CANCELLATIONS

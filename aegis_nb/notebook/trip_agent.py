@@ -135,7 +135,8 @@ class TripAgent:
         """The policy as pydantic-ai's `FunctionModel`: one move per model turn, from the messages.
 
         Tool failures reach it as pydantic-ai passes them with ``tool_error_behavior='failed'`` (a
-        failed tool return) or by default (a retry prompt); both are seen as failed calls.
+        failed tool return) or by default (a retried tool return, or in older versions a retry prompt);
+        all are seen as failed calls.
         """
         from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
         from pydantic_ai.models.function import FunctionModel
@@ -159,7 +160,8 @@ def seen_in(messages: Sequence[ModelMessage]) -> list[Seen]:
             continue
         for part in message.parts:
             if isinstance(part, ToolReturnPart):
-                failed = getattr(part, "outcome", None) == "failed"
+                # "failed" with tool_error_behavior='failed'; "retried" by default (a retry request).
+                failed = getattr(part, "outcome", None) in ("failed", "retried")
                 seen.append(Seen(part.tool_name, not failed, part.content))
             elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
                 seen.append(Seen(part.tool_name, False, part.content))
