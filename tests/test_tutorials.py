@@ -26,6 +26,7 @@ NAMES = [
     "04_when_compensation_fails.ipynb",
     "05_serving.ipynb",
     "06_agents.ipynb",
+    "07_temporal.ipynb",
     "08_run_time_sagas.ipynb",
 ]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"

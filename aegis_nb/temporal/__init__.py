@@ -23,6 +23,7 @@ with needs_extra("temporal", "aegis_nb.temporal (sagas on Temporal)"):
         TemporalSagaHandle,
         TemporalSagaRunner,
     )
+    from aegis_nb.temporal.devserver import start_dev_server, temporal_binary
     from aegis_nb.temporal.names import (
         COMPENSATE_ACTIVITY,
         EVENTS_QUERY,
@@ -49,5 +50,7 @@ __all__ = [
     "TemporalSagaRunner",
     "connect",
     "saga_worker",
+    "start_dev_server",
+    "temporal_binary",
     "tracing_interceptors",
 ]
