@@ -222,8 +222,9 @@ def test_a_rehearsal_fails_and_times_out_each_member_in_turn(shell: InteractiveS
         "──────────────────────────────────────────",
         "all steps succeed                    ✓ done      ✓ done        ✓ done      committed    "
         "1 flight, 1 hotel, 1 charge (€555.00 held)",
-        # A member failing or hanging still lets its sibling act: both are in doubt, so both are undone.
-        "BookFlight fails                     ↶ undone    ↶ undone      · not run   rolled back  clean",
+        # A member failing before its sibling began: the sibling never starts. One failing or hanging
+        # once its sibling is on its way still lets it act: both are in doubt, so both are undone.
+        "BookFlight fails                     ↶ undone    · not run     · not run   rolled back  clean",
         "ReserveHotel fails                   ↶ undone    ↶ undone      · not run   rolled back  clean",
         "ChargeCard fails                     ↶ undone    ↶ undone      ↶ undone    rolled back  clean",
         "BookFlight times out after acting    ↶ undone    ↶ undone      · not run   rolled back  clean",
@@ -244,15 +245,16 @@ def test_a_rehearsal_credits_each_booking_to_its_member_and_marks_a_cancelled_si
         "rehearsal of pair: ✗ unsafe: 1 of 5 scenarios leave the world in a state nobody wanted",
         "run together: Flight & Hotel",
         "",
-        "scenario                       Flight                 Hotel     outcome      ledger after",
-        "─────────────────────────────  ─────────────────────  ────────  ───────────  ──────────────────",
-        "all steps succeed              ✓ done                 ✓ done    committed    1 flight, 1 hotel",
-        "Flight fails                   ✗ failed               ↶ undone  rolled back  clean",
+        "scenario                       Flight                 Hotel      outcome      ledger after",
+        "─────────────────────────────  ─────────────────────  ─────────  ───────────  ──────────────────",
+        "all steps succeed              ✓ done                 ✓ done     committed    1 flight, 1 hotel",
+        # The flight failed before the hotel's task began: the hotel never started.
+        "Flight fails                   ✗ failed               · not run  rolled back  clean",
         # The hotel failed at once, while the flight was still on its way: the engine cancelled it.
-        "Hotel fails                    ⊘ cancelled            ↶ undone  rolled back  clean",
+        "Hotel fails                    ⊘ cancelled            ↶ undone   rolled back  clean",
         # The flight booked, then hung: not in doubt, it is never undone; the hotel is.
-        "Flight times out after acting  !! left live: FL-0001  ↶ undone  rolled back  LEFT LIVE: FL-0001",
-        "Hotel times out after acting   ↶ undone               ↶ undone  rolled back  clean",
+        "Flight times out after acting  !! left live: FL-0001  ↶ undone   rolled back  LEFT LIVE: FL-0001",
+        "Hotel times out after acting   ↶ undone               ↶ undone   rolled back  clean",
         "",
         "to fix:",
         "  - Flight times out after acting: Flight acted (FL-0001) but was never compensated — mark it "

@@ -29,7 +29,6 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
-from mcp.server.mcpserver.utilities.logging import configure_logging
 from mcp.types import CallToolResult, Icon, InputRequiredResult, ToolAnnotations
 from pydantic_core import to_jsonable_python
 
@@ -71,7 +70,7 @@ from aegis_nb.server.routing import Observing, in_a_clean_slate
 from aegis_nb.server.saga_calls import compensable_runner, secret_names
 from aegis_nb.server.saga_handles import DEFAULT_SAGA_TIMEOUT, DEFAULT_TTL, SagaHandles
 from aegis_nb.server.saga_tools import SAGA_TOOLS, saga_lifespan, saga_tools
-from aegis_nb.server.sdklogging import root_logger_kept
+from aegis_nb.server.sdklogging import root_logger_kept, serving_logs
 from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
 from aegis_nb.server.temporal_runs import (
     STATUS_TOOL,
@@ -667,7 +666,7 @@ class AegisMCP(MCPServer[Any]):
         nothing followed.
         """
         if _transport(transport) is Transport.STDIO:
-            configure_logging(self.settings.log_level)  # this process serves: log as the SDK would
+            serving_logs(self.settings.log_level)  # this process serves: log as the SDK would
             # The SDK diverts print() to stderr while stdout carries the protocol; line buffering
             # makes a step's prints show up as they happen rather than at exit.
             if isinstance(sys.stdout, io.TextIOWrapper):
@@ -683,7 +682,7 @@ class AegisMCP(MCPServer[Any]):
             unused_session_timeout=unused_session_timeout,
         )
         security.transport_security(host)  # refused off loopback here, before any set-up
-        configure_logging(self.settings.log_level)
+        serving_logs(self.settings.log_level)
         anyio.run(serve_http, self, host, port, security, backend="asyncio")  # uvicorn: asyncio only
 
 

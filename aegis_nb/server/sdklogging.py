@@ -1,5 +1,9 @@
 """The SDK sets up the root logger when a server is *built*; `AegisMCP` does it when one *serves*.
 
+And as plain lines (`serving_logs`): the SDK's own set-up picks rich's handler whenever `rich` is
+installed (another package may bring it), which wraps records to the terminal's width and pads
+them, so a served process's log would change shape with the packages beside it.
+
 `MCPServer.__init__` calls `logging.basicConfig` at the server's log level (INFO by default). In a
 notebook or a test, where servers are built to be called in-process, that turns on every library's
 INFO logs (each HTTP request an httpx client makes, say) for the whole process, in every cell. A
@@ -11,6 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+
+def serving_logs(level: str) -> None:
+    """Log to stderr at `level` as the SDK does, one plain line per record whatever is installed."""
+    logging.basicConfig(level=level, format="%(message)s", handlers=[logging.StreamHandler()])
 
 
 @contextmanager
