@@ -63,7 +63,8 @@ def test_the_wheel_holds_every_module_py_typed_and_the_licence_and_nothing_else(
         for path in (ROOT / package).rglob("*.py")
         if "__pycache__" not in path.parts
     )
-    expected = [*sources, "aegis_nb/py.typed", "aegismcp/py.typed"]
+    # The mock agency's gateway policy ships beside its code (`aegis-nb gateway --mock`).
+    expected = [*sources, "aegis_nb/py.typed", "aegismcp/py.typed", "aegis_nb/mock/travel_policy.toml"]
     expected += [f"{INFO}{name}" for name in ("METADATA", "WHEEL", "entry_points.txt", "RECORD")]
     expected += [f"{INFO}licenses/LICENSE"]
     assert sorted(wheel_files(dist)) == sorted(expected)
