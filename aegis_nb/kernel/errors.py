@@ -16,7 +16,18 @@ the builtin a caller would catch it as (``except TimeoutError`` still catches a 
      ├── UnsafeServing             (also ValueError, server.http_security) HTTP off loopback with
      │                                                 no allowed hosts: refused before serving
      ├── MissingExtra              (also ModuleNotFoundError, kernel.extras) a part needs an extra:
-     │                                                 the message gives the pip line
+     │    │                                            the message gives the pip line
+     │    └── ExtraTooOld          (kernel.extras)     installed, but too old a release (mcp < 2.3)
+     ├── HandleRefused             (server.saga_handles) a saga handle that opens no saga; says
+     │                                                 nothing of why (unknown, guessed, foreign)
+     ├── NotOpen                   (server.saga_handles) a step, commit or rollback asked of an
+     │                                                 agent saga that has ended
+     ├── UndoNotBound              (server.saga_handles) an undo's argument did not resolve from
+     │                                                 the call: never called, the step orphaned
+     ├── PolicyError               (also ValueError, gateway.policy) a gateway policy that cannot
+     │                                                 be used; names the file, line and key
+     ├── UpstreamLost              (also ConnectionError, gateway.upstream) an upstream stopped
+     │                                                 answering mid-call; it may have acted
      ├── JournalError              (saga.durable)      the journal cannot be used; names the file
      │    ├── JournalUnavailable                       cannot be created, opened or written
      │    ├── JournalUntrusted                         others could write it (mode, owner, folder)
