@@ -77,7 +77,14 @@ def test_the_wheel_metadata_names_licence_pythons_extras_and_the_command(dist: P
     assert meta["Requires-Python"] == ">=3.11"
     assert meta["Description-Content-Type"] == "text/markdown"
     assert meta.get_all("Requires-Dist", [])[:2] == ["anyio>=4.6", "sniffio>=1.3"]
-    assert sorted(meta.get_all("Provides-Extra", [])) == ["bench", "dev", "mcp", "notebook", "otel", "temporal"]
+    assert sorted(meta.get_all("Provides-Extra", [])) == [
+        "bench",
+        "dev",
+        "mcp",
+        "notebook",
+        "otel",
+        "temporal",
+    ]
     assert "Typing :: Typed" in meta.get_all("Classifier", [])
     scripts = wheel_file(dist, "entry_points.txt").decode()
     assert scripts == "[console_scripts]\naegis-nb = aegis_nb.cli:main\n"
