@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs; the SDK depends on it
-
 _RULES: dict[str, str] = {
     "pattern": "must match the pattern {}",
     "type": "must be of type {}",
@@ -36,6 +34,10 @@ class ArgumentChecker:
     __slots__ = ("_validator",)
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
+        # Imported when the first workflow is registered, not with the server package: the first
+        # import of jsonschema takes about a second where Jupyter is installed, and `connect` loads
+        # it off the event loop (see aegis_nb.server.session).
+        import jsonschema  # type: ignore[import-untyped]  # no stubs; the SDK depends on it
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
         self._validator = cls(schema)
