@@ -38,6 +38,7 @@ class ArgumentChecker:
         # import of jsonschema takes about a second where Jupyter is installed, and `connect` loads
         # it off the event loop (see aegis_nb.server.session).
         import jsonschema  # type: ignore[import-untyped]  # no stubs; the SDK depends on it
+
         cls = jsonschema.validators.validator_for(schema)
         cls.check_schema(schema)
         self._validator = cls(schema)
