@@ -29,14 +29,16 @@ from aegis_nb.saga.events import (
 def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
     """Rebuild the `SagaReport` of one run from its events, finished or not.
 
-    Its `steps` are the plan the run began with, then any step that started outside it (every step
-    of a dynamic saga), in index order: each step the report names has its place there.
+    Steps that succeeded are listed in index order (a group's members finish in any order), those
+    compensated in the order they were undone. Its `steps` are the plan the run began with, then any
+    step that started outside it (every step of a dynamic saga), in index order: each step the
+    report names has its place there.
     """
     run_id, saga = "", ""
     steps: tuple[str, ...] = ()
     started: dict[int, str] = {}  # every step that started, by index: a dynamic saga plans none
     status = SagaStatus.RUNNING
-    succeeded: list[str] = []
+    succeeded: dict[int, str] = {}  # by index: a group's members succeed in whatever order they finish
     failed: str | None = None
     failed_group: int | None = None
     kind: FailureKind | None = None
@@ -50,7 +52,7 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
             case StepStarted():
                 started[event.index] = event.step
             case StepSucceeded():
-                succeeded.append(event.step)
+                succeeded[event.index] = event.step
             case StepFailed(kind=FailureKind.CANCELLED) if (
                 failed_group is not None and event.group == failed_group
             ):
@@ -82,7 +84,7 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
         saga=saga,
         status=status,
         steps=steps,
-        succeeded=tuple(succeeded),
+        succeeded=tuple(succeeded[i] for i in sorted(succeeded)),
         failed_step=failed,
         failure_kind=kind,
         cause=cause,
