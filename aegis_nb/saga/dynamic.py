@@ -128,9 +128,12 @@ class Saga:
             await self._execution.start([spec.name for spec in self._plan])
         except BaseException as exc:
             # Nothing ran; a cancellation the journal held during the write rolls back (nothing to
-            # undo) rather than leaving the run open, and propagates from `_end`.
+            # undo) rather than leaving the run open, and propagates from `_end`. Otherwise the run
+            # rolled back, and its error (chained to the scrubbed cause) is what the caller gets.
             await self._end(exc)
-            raise self.run.error or exc from exc
+            error = self.run.error
+            assert error is not None  # `_end` returned: the run ended rolled back
+            raise error from error.__cause__
         return self
 
     async def __aexit__(
