@@ -30,8 +30,8 @@ BINDER_INSTALL = ("-r", str(BINDER / "requirements.txt"), "ipykernel", "nbclient
 def test_binder_files_say_python_312_graphviz_and_this_repository_with_its_notebook_extras() -> None:
     assert (BINDER / "runtime.txt").read_text() == "python-3.12\n"
     assert (BINDER / "apt.txt").read_text() == "graphviz\n"
-    # pydantic-ai drives the gateway in tutorial 06 (agents in the loop).
-    assert (BINDER / "requirements.txt").read_text() == ".[notebook,temporal]\npydantic-ai-slim[mcp]>=2.60\n"
+    # The agents extra (pydantic-ai) drives the gateway in tutorial 06 (agents in the loop).
+    assert (BINDER / "requirements.txt").read_text() == ".[notebook,temporal,agents]\n"
     post_build = BINDER / "postBuild"
     assert not post_build.exists() or post_build.read_text().startswith("#!/bin/bash\nset -e\n")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib import metadata
 
 import pytest
 
@@ -50,8 +51,16 @@ def last_line(text: str) -> str:
 
 
 def missing(part: str, extra: str, module: str) -> str:
-    """The message of a `MissingExtra`: what needs which extra, the module not found, the pip line."""
-    return f"{part} needs the {extra!r} extra (no module named {module!r}): pip install 'aegis-nb[{extra}]'"
+    """The message of a `MissingExtra`: what needs which extra, the module not found, the pip lines.
+
+    aegis-nb is on no package index: the lines name the installs that work, from a clone and from the
+    wheel a clone builds (named by the installed version, as pip and hatchling name it).
+    """
+    wheel = f"aegis_nb-{metadata.version('aegis-nb')}-py3-none-any.whl"
+    return (
+        f"{part} needs the {extra!r} extra (no module named {module!r}): pip install -e '.[{extra}]' in a"
+        f" clone, or pip install '{wheel}[{extra}]' from a built wheel"
+    )
 
 
 SERVER = "aegis_nb.server (AegisMCP, connect, ToolPairStep)"
@@ -59,6 +68,7 @@ MOCK = "aegis_nb.mock (the mock travel agency)"
 VIEWS = "aegis_nb.notebook (LiveView, ReplayView, SagaDiagram)"
 MAGICS = "%load_ext aegis_nb (the saga magics)"
 TEMPORAL = "aegis_nb.temporal (sagas on Temporal)"
+TRACING = "aegis_nb.tracing (SagaTracer)"
 LOAD_EXT = "import aegis_nb; aegis_nb.load_ipython_extension(None)"
 
 
@@ -80,6 +90,13 @@ LOAD_EXT = "import aegis_nb; aegis_nb.load_ipython_extension(None)"
         # What %load_ext calls. IPython may come from elsewhere (a Jupyter install), the rest not.
         (("ipywidgets", "mcp", "pydantic"), LOAD_EXT, missing(MAGICS, "notebook", "ipywidgets")),
         (("mcp", "pydantic"), LOAD_EXT, missing(MAGICS, "notebook", "pydantic")),
+        # The OpenTelemetry API comes with mcp; an install without either lacks it.
+        (
+            ("opentelemetry",),
+            "from aegis_nb.tracing import SagaTracer",
+            missing(TRACING, "otel", "opentelemetry"),
+        ),
+        ((*CORE_ONLY, "opentelemetry"), "import aegis_nb.tracing", missing(TRACING, "otel", "opentelemetry")),
     ],
 )
 def test_a_part_without_its_extra_names_the_extra_to_install(

@@ -1,8 +1,10 @@
 """Parts that need an extra fail with one error naming it and the pip line, not a bare import error.
 
 Only the core (anyio) is always installed. The server and mock tools need the ``mcp`` extra, the views
-and magics ``notebook``, the Temporal runner ``temporal``; without it, a user would otherwise see
-``No module named 'pydantic'`` from deep inside a module they never imported by name.
+and magics ``notebook``, the Temporal runner ``temporal``, the tracing sink ``otel``, the scripted trip
+agent ``agents``; without it, a user would otherwise see ``No module named 'pydantic'`` from deep inside
+a module they never imported by name. aegis-nb is on no package index, so the pip line names the two
+installs that work: from a clone, and from a wheel built from one.
 """
 
 from __future__ import annotations
@@ -18,12 +20,28 @@ EXTRA_MODULES: dict[str, frozenset[str]] = {
     "mcp": frozenset({"mcp", "pydantic", "pydantic_core"}),
     "notebook": frozenset({"IPython", "anywidget", "ipywidgets", "mcp", "pydantic", "pydantic_core"}),
     "temporal": frozenset({"temporalio"}),
+    "otel": frozenset({"opentelemetry"}),
+    "agents": frozenset({"pydantic_ai", "mcp", "pydantic", "pydantic_core"}),
 }
 """The top-level modules each extra brings: a missing one of these means the extra is not installed."""
 
 MINIMUM_VERSIONS: Mapping[str, tuple[str, tuple[int, ...]]] = MappingProxyType({"mcp": ("mcp", (2, 3))})
 """Top-level module -> (distribution, oldest release that has what we import): a module of it that is
 missing while the package is installed means an older release (another package downgraded it)."""
+
+
+def install_line(extra: str) -> str:
+    """The pip commands that install `extra`: editable from a clone, or from the wheel a clone builds."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("aegis-nb")
+    except metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+        version = "<version>"
+    return (
+        f"pip install -e '.[{extra}]' in a clone, "
+        f"or pip install 'aegis_nb-{version}-py3-none-any.whl[{extra}]' from a built wheel"
+    )
 
 
 class MissingExtra(AegisError, ModuleNotFoundError):
@@ -34,7 +52,7 @@ class MissingExtra(AegisError, ModuleNotFoundError):
 
     def __init__(self, part: str, extra: str, missing: str) -> None:
         message = f"{part} needs the {extra!r} extra (no module named {missing!r})"
-        super().__init__(f"{message}: pip install 'aegis-nb[{extra}]'", name=missing)
+        super().__init__(f"{message}: {install_line(extra)}", name=missing)
         self.extra = extra
 
 
