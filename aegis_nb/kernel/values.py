@@ -220,15 +220,26 @@ def freeze(value: Any, path: MetadataPath) -> Any:
 
 
 def thaw(value: Any, *, reveal: bool = False) -> JSONValue:
-    """Plain JSON data from a frozen value; secrets become ``***`` unless `reveal` is set."""
-    if type(value) in JSON_LEAVES:
+    """Plain JSON data from a frozen value; secrets become ``***`` unless `reveal` is set.
+
+    Plain dicts and lists are thawed too, as they may hold frozen values (an undo's arguments, a
+    plain dict, bound from a step's frozen result): what comes out is plain all the way down.
+    """
+    cls = type(value)
+    if cls in JSON_LEAVES:
         return value
-    if isinstance(value, Secret):
-        return value.reveal() if reveal else REDACTED
     if isinstance(value, FrozenDict):
         return _thaw_dict(value._data, reveal)
-    if isinstance(value, tuple):
+    if cls is tuple:  # how lists are frozen: the usual container after FrozenDict
         return [thaw(v, reveal=reveal) for v in value]
+    if cls is dict:
+        return _thaw_dict(value, reveal)
+    if isinstance(value, Secret):
+        return value.reveal() if reveal else REDACTED
+    if isinstance(value, tuple | list):
+        return [thaw(v, reveal=reveal) for v in value]
+    if isinstance(value, Mapping):
+        return {key: thaw(item, reveal=reveal) for key, item in value.items()}
     return value
 
 
