@@ -26,6 +26,15 @@ class Refused(Exception):
     """The command line, or something it names, cannot be used: `main` prints it, exit status 2."""
 
 
+DEMO_SCENARIOS = (
+    "it commits",
+    "the card is declined",
+    "the hotel misses the deadline",
+    "flight and hotel booked in parallel",
+)
+"""What `aegis-nb demo` runs, in order, for its help (`aegis_nb.demo` itself needs the mcp extra)."""
+
+
 def _demo(args: argparse.Namespace) -> int:
     import anyio
 
@@ -48,15 +57,16 @@ def _load(command: str, spec: str, what: str, wanted: Callable[[Any], bool]) -> 
     import importlib
 
     module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise Refused(f"aegis-nb {command}: expected module:app, got {spec!r}")
     if "/" in module_name or "\\" in module_name or module_name.endswith(".py"):
-        # Importing "app.py" would run app.py and then fail; "dir/app" could never import.
+        # Importing "app.py" would run app.py and then fail; "dir/app" could never import. A file
+        # given alone most likely holds an `app`, as the examples name it.
         stem = Path(module_name.replace("\\", "/")).stem
         raise Refused(
             f"aegis-nb {command}: expected module:app with a module name, not a file path, got {spec!r}"
-            f" (from the file's folder: {stem}:{attribute})"
+            f" (from the file's folder: {stem}:{attribute or 'app'})"
         )
+    if not module_name or not attribute:
+        raise Refused(f"aegis-nb {command}: expected module:app, got {spec!r}")
     if "" not in sys.path:
         sys.path.insert(0, "")  # like `python -m`: modules in the current folder are found
     try:
@@ -539,10 +549,15 @@ def _add_transport_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from aegis_nb import __version__
+
     parser = argparse.ArgumentParser(prog="aegis-nb", description="Sagas for MCP agents, notebook first.")
+    parser.add_argument("--version", action="version", version=f"aegis-nb {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
-        "demo", help="run the travel-agency saga: success, declined card, timeout (mcp extra)"
+        "demo",
+        help=f"run the travel-agency saga over MCP {len(DEMO_SCENARIOS)} ways: {'; '.join(DEMO_SCENARIOS)}"
+        " (mcp extra)",
     )
     demo.set_defaults(handler=_demo)
     serve = commands.add_parser(
