@@ -9,6 +9,12 @@ others may write into (unless the folder is sticky, as /tmp is, and belongs to t
 or that belongs to another user, since they could replace the file. It also refuses a 0-byte file:
 a journal is never empty once created (`create_file` sets it up under another name and links it in
 place), so an empty one was truncated or put there, and setting it up anew would hide that.
+
+A journal file is opened by one name (`check_one_name`). SQLite keeps a database's write-ahead log
+and its index beside the name it is opened by (``<name>-wal``, ``<name>-shm``), so each name of one
+file (a hard link) is another journal to whoever opens it: one misses what the other committed
+(recovery then undoes committed runs), and writers through two names damage the file. The writer
+lock (`lock_writer`) is taken beside the file symlinks lead to, the file itself once it has one name.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import glob
 import os
 import secrets
 import sqlite3
@@ -122,6 +129,7 @@ def check_trusted(path: Path, *, created: bool = False) -> None:
     file and its folders are looked at: nothing is opened, created or changed.
     """
     check_regular(path)
+    check_one_name(path)
     check_folders(path)
     for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
@@ -137,6 +145,41 @@ def check_trusted(path: Path, *, created: bool = False) -> None:
             "is empty (0 bytes), which a journal never is: it was truncated or put there; "
             "delete it to start a new journal",
         )
+
+
+def check_one_name(path: Path) -> None:
+    """Refuse a journal file that has another name than `path` (symlinks lead to the file: not names).
+
+    The name `create_file` stages a new journal under, linked in place and then removed, is its
+    creator's for that moment, not a second name.
+    """
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise JournalUnavailable(path, f"cannot look at the file ({exc.strerror})") from None
+    if info.st_nlink < 2:
+        return
+    real = path.resolve()
+    staged = sum(_same_file(name, info) for name in real.parent.glob(f"{glob.escape(real.name)}.new-*"))
+    # Counted after the staging names: one removed meanwhile is not taken for another name.
+    try:
+        others = os.stat(path).st_nlink - 1 - staged
+    except OSError as exc:
+        raise JournalUnavailable(path, f"cannot look at the file ({exc.strerror})") from None
+    if others > 0:
+        raise JournalUnavailable(
+            path,
+            f"has {others + 1} names (hard links): SQLite keeps a journal's write-ahead log beside"
+            " the name it is opened by, so each name would show another journal; remove the other"
+            " names and open it by one (a symlink to it is fine)",
+        )
+
+
+def _same_file(name: Path, info: os.stat_result) -> bool:
+    try:
+        return os.path.samestat(os.stat(name), info)
+    except OSError:  # gone meanwhile
+        return False
 
 
 def check_folders(path: Path) -> None:
@@ -212,7 +255,8 @@ def check_regular(path: Path) -> None:
 
 def lock_writer(path: Path) -> int:
     """Hold ``<file>.lock`` beside the file itself: a journal opened through a symlink takes the lock
-    its target's writers take (SQLite writes the target too), so it cannot recover their live runs."""
+    its target's writers take (SQLite writes the target too), so it cannot recover their live runs.
+    A file with a second name (a hard link) was refused before (`check_one_name`)."""
     real = path.resolve()
     lock_path = real.with_name(real.name + ".lock")
     try:
