@@ -32,15 +32,18 @@ import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import PIPE
+from typing import Any, Protocol
 
 import anyio
+import httpx2
 import pytest
 from anyio.abc import Process
 from mcp import Client
+from mcp.types import CallToolResult
 
 from aegis_nb.kernel.report import FailureKind, SagaStatus
 from aegis_nb.mock import Ledger
@@ -333,13 +336,23 @@ async def travel_server(env: dict[str, str]) -> AsyncIterator[TravelServer]:
             await process.aclose()
 
 
+class Booker(Protocol):
+    """What `booking_client` needs of an mcp `Client`."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolResult: ...
+
+
 async def booking_client(
-    url: str, limits: list[float | None], seen: Counter[str], gave_up: Callable[[], object]
+    url: str,
+    limits: list[float | None],
+    seen: Counter[str],
+    gave_up: Callable[[], object],
+    connect: Callable[[str], AbstractAsyncContextManager[Booker]] = Client,
 ) -> None:
     """A client booking one trip after another on one session, giving up on each after its limit
     (None: waits): its call is cancelled, as a client timing out does."""
     try:
-        async with Client(url) as client:
+        async with connect(url) as client:
             for limit in limits:
                 with anyio.move_on_after(math.inf if limit is None else limit) as scope:
                     result = await client.call_tool("book_trip", HTTP_TRIP)
@@ -348,8 +361,52 @@ async def booking_client(
                     gave_up()
                 else:
                     seen["declined" if result.is_error else "booked"] += 1
-    except Exception:  # the server was killed under it (an ExceptionGroup from the client's tasks)
+    except* Exception:
+        # The server was killed under it. The client's task group raises what its tasks raised: a
+        # broken connection, grouped with the cancellation of a caller that gave up at that moment,
+        # which `except*` leaves to propagate to the scope that cancelled it (`except Exception`
+        # missed the whole group, and the scope then let the connection error escape).
         seen["lost"] += 1
+
+
+@asynccontextmanager
+async def dying_client(url: str, calling: anyio.Event) -> AsyncIterator[Booker]:
+    """A client whose server dies just as its caller gives up: the connection task fails while the
+    caller's call is being cancelled, so the client's task group raises both at once."""
+
+    class Session:
+        async def call_tool(self, name: str, arguments: dict[str, Any]) -> CallToolResult:
+            calling.set()
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+    async def connection() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(connection)
+        yield Session()
+
+
+@pytest.mark.anyio
+async def test_a_client_whose_server_dies_as_it_gives_up_is_counted_lost_not_raised() -> None:
+    seen: Counter[str] = Counter()
+    calling = anyio.Event()
+    async with anyio.create_task_group() as group:
+        with anyio.CancelScope() as giving_up:
+
+            async def cut_off() -> None:
+                await calling.wait()
+                giving_up.cancel()
+
+            group.start_soon(cut_off)
+            await booking_client(
+                "http://127.0.0.1:9/mcp", [None], seen, lambda: None, lambda url: dying_client(url, calling)
+            )
+    assert seen == Counter(lost=1)
 
 
 async def load_round(server: TravelServer, rng: random.Random, seen: Counter[str], *, kill: bool) -> None:
