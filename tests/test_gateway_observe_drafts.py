@@ -57,10 +57,10 @@ kind = "read_only"
 guess = true
 
 [tools.rent_car]
-# guess: cancel_car looks like its undo
+# guess: the undo tool's name says it undoes this one
 kind = "compensable"
 undo = "cancel_car"
-undo_args = { rental_id = "/result/rental_id", city = "/arguments/city" }
+undo_args = {rental_id = "/result/rental_id", city = "/arguments/city"}
 idempotency_arg = "idempotency_key"
 secret = ["card_token"]
 guess = true

@@ -13,11 +13,15 @@ marked when it starts) and a comment giving the reason. The guesses, from the li
 
 An ``idempotency_key`` argument is named as the tool's ``idempotency_arg``; an argument whose name
 says card, password, secret or token is marked ``secret``.
+
+What an upstream lists is untrusted: the draft is written by a TOML writer (tomlkit), so its names
+appear only as quoted keys and strings, never in a comment, and with every character a terminal
+would act on written as an escape. A tool whose name a policy cannot hold (letters, digits, ``_``,
+``-`` and ``.``) is left out of the draft, and a URL's credentials are not written (`redacted_url`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -26,21 +30,27 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import tomlkit
 from mcp.types import Tool
+from tomlkit.items import Table
 
-from aegis_nb.gateway.policy import UpstreamSpec
+from aegis_nb.gateway.policy import SAGA_TOOLS, UpstreamSpec, is_policy_name
 from aegis_nb.gateway.upstream import Target
-from aegis_nb.server.session import connect
+from aegis_nb.kernel.printable import BIDI_CONTROLS
+from aegis_nb.server.session import connect, redacted_url
 
 _UNDO_VERBS: Final = ("cancel", "refund", "undo", "delete", "release", "unbook", "remove", "void")
 _SECRET_WORDS: Final = re.compile(r"card|password|passwd|secret|token|cvv|cvc|iban", re.IGNORECASE)
 _IDEMPOTENCY: Final = "idempotency_key"
-_BARE: Final = re.compile(r"[A-Za-z0-9_\-]+")
 
+_RAW_IN_TOML: Final = re.compile("[\x7f-\x9f\u2028\u2029" + "".join(sorted(BIDI_CONTROLS)) + "]")
+"""What a TOML writer may leave raw in a string and a terminal acts on: DEL, the C1 controls (an
+8-bit CSI), the line separators and the bidi controls. The writer escapes the C0 controls itself."""
 
-def _key(name: str) -> str:
-    """A TOML key: bare when it can be, else quoted."""
-    return name if _BARE.fullmatch(name) else json.dumps(name)
+_HEADER: Final = (
+    "A starting gateway policy, written by `aegis-nb gateway --observe` from the upstreams' tool",
+    "listings. Every entry is a guess: check each, then delete its `guess = true`.",
+)
 
 
 def _words(name: str) -> set[str]:
@@ -49,7 +59,12 @@ def _words(name: str) -> set[str]:
 
 def _properties(schema: Mapping[str, Any] | None) -> list[str]:
     properties = (schema or {}).get("properties")
-    return list(properties) if isinstance(properties, Mapping) else []
+    return [name for name in properties if isinstance(name, str)] if isinstance(properties, Mapping) else []
+
+
+def _pointer(root: str, name: str) -> str:
+    """A JSON Pointer to `name` under `root`, escaped as RFC 6901 says (``~0``, ``~1``)."""
+    return f"/{root}/" + name.replace("~", "~0").replace("/", "~1")
 
 
 def undo_for(tool: Tool, tools: Sequence[Tool]) -> Tool | None:
@@ -64,70 +79,91 @@ def undo_for(tool: Tool, tools: Sequence[Tool]) -> Tool | None:
 
 def draft_policy(listings: Sequence[tuple[UpstreamSpec, Sequence[Tool]]]) -> str:
     """A policy file's text for the upstreams in `listings`, each with the tools it listed."""
-    lines = [
-        "# A starting gateway policy, written by `aegis-nb gateway --observe` from the upstreams' tool",
-        "# listings. Every entry is a guess: check each, then delete its `guess = true`.",
-        "",
-    ]
+    draft = tomlkit.document()
+    for line in _HEADER:
+        draft.add(tomlkit.comment(line))
+    draft.add(tomlkit.nl())
+    upstreams = tomlkit.table(is_super_table=True)
     for spec, _tools in listings:
-        lines.append(f"[upstreams.{_key(spec.name)}]")
+        upstream = tomlkit.table()
         if spec.url is not None:
-            lines.append(f"url = {json.dumps(spec.url)}")
+            url = redacted_url(spec.url)
+            if url != spec.url:
+                upstream.add(tomlkit.comment("the URL's credentials are not written here: put them back"))
+            upstream.add("url", url)
         else:
-            lines.append(f"command = {json.dumps(spec.command)}")
+            upstream.add("command", spec.command)
             if spec.args:
-                lines.append(f"args = {json.dumps(list(spec.args))}")
-        lines.append("")
+                upstream.add("args", list(spec.args))
+        upstreams.add(spec.name, upstream)
+    draft.add("upstreams", upstreams)
     several = len(listings) > 1
-    for spec, tools in listings:
+    entries = tomlkit.table(is_super_table=True)
+    left_out = 0
+    for spec, listed in listings:
+        # Names a policy cannot hold would make the whole draft fail to load: the gateway serves
+        # those tools by their annotations' default instead. A name listed twice is drafted once.
+        tools = [tool for tool in listed if is_policy_name(tool.name) and tool.name not in SAGA_TOOLS]
+        left_out += len(listed) - len(tools)
         undone = {found.name for tool in tools if (found := undo_for(tool, tools)) is not None}
         for tool in tools:
-            lines.extend(_entry(tool, tools, undone, spec.name if several else None))
-            lines.append("")
-    return "\n".join(lines).rstrip("\n") + "\n"
+            if tool.name in entries:
+                left_out += 1
+                continue
+            entries.add(tool.name, _entry(tool, tools, undone, spec.name if several else None))
+    if left_out:
+        draft.add(tomlkit.nl())
+        draft.add(
+            tomlkit.comment(f"{left_out} listed tool(s) left out, named as a policy cannot name a tool")
+        )
+        draft.add(tomlkit.comment("or drafted already: the gateway serves them as their annotations say"))
+        draft.add(tomlkit.nl())
+    if entries:
+        draft.add("tools", entries)
+    text = tomlkit.dumps(draft)
+    # Only inside basic strings can these be (the comments are ours), where an escape means the same.
+    return _RAW_IN_TOML.sub(lambda found: f"\\u{ord(found.group()):04X}", text).rstrip("\n") + "\n"
 
 
-def _entry(tool: Tool, tools: Sequence[Tool], undone: set[str], upstream: str | None) -> list[str]:
+def _entry(tool: Tool, tools: Sequence[Tool], undone: set[str], upstream: str | None) -> Table:
     hints = tool.annotations
     arguments = _properties(tool.input_schema)
-    lines = [f"[tools.{_key(tool.name)}]"]
+    entry = tomlkit.table()
     undo = undo_for(tool, tools)
     if hints is not None and hints.read_only_hint is True:
-        lines += ["# guess: its readOnlyHint says it changes nothing", 'kind = "read_only"']
+        entry.add(tomlkit.comment("guess: its readOnlyHint says it changes nothing"))
+        entry.add("kind", "read_only")
     elif undo is not None:
-        lines += [
-            f"# guess: {undo.name} looks like its undo",
-            'kind = "compensable"',
-            f"undo = {json.dumps(undo.name)}",
-        ]
+        entry.add(tomlkit.comment("guess: the undo tool's name says it undoes this one"))
+        entry.add("kind", "compensable")
+        entry.add("undo", undo.name)
         results = _properties(tool.output_schema)
-        bound = []
+        bound = tomlkit.inline_table()
         for name in _properties(undo.input_schema):
             if name in results:
-                bound.append(f"{_key(name)} = {json.dumps('/result/' + name)}")
+                bound[name] = _pointer("result", name)
             elif name in arguments and name != _IDEMPOTENCY:
-                bound.append(f"{_key(name)} = {json.dumps('/arguments/' + name)}")
-        if bound:
-            lines.append(f"undo_args = {{ {', '.join(bound)} }}")
-        else:
-            lines.append(f"# no argument of {undo.name} matches what {tool.name} takes or returns: bind them")
-            lines.append("undo_args = {}")
+                bound[name] = _pointer("arguments", name)
+        if not bound:
+            entry.add(
+                tomlkit.comment("no argument of the undo matches what this tool takes or returns: bind them")
+            )
+        entry.add("undo_args", bound)
         if _IDEMPOTENCY in arguments:
-            lines.append(f'idempotency_arg = "{_IDEMPOTENCY}"')
+            entry.add("idempotency_arg", _IDEMPOTENCY)
     elif tool.name in undone:
-        lines += [
-            "# guess: it undoes another tool; in a saga, saga_rollback undoes instead",
-            'kind = "irreversible"',
-        ]
+        entry.add(tomlkit.comment("guess: it undoes another tool; in a saga, saga_rollback undoes instead"))
+        entry.add("kind", "irreversible")
     else:
-        lines += ["# guess: nothing says it is read only or can be undone", 'kind = "irreversible"']
+        entry.add(tomlkit.comment("guess: nothing says it is read only or can be undone"))
+        entry.add("kind", "irreversible")
     secret = [name for name in arguments if _SECRET_WORDS.search(name)]
     if secret:
-        lines.append(f"secret = {json.dumps(secret)}")
+        entry.add("secret", secret)
     if upstream is not None:
-        lines.append(f"upstream = {json.dumps(upstream)}")
-    lines.append("guess = true")
-    return lines
+        entry.add("upstream", upstream)
+    entry.add("guess", True)
+    return entry
 
 
 def upstream_from(text: str, taken: Sequence[str] = ()) -> UpstreamSpec:

@@ -5,6 +5,7 @@ A TOML file::
     [upstreams.agency]                 # a stdio command (command, args, env) or a url (streamable HTTP)
     command = "aegis-nb"
     args = ["mock"]
+    env = { AGENCY_DB = "${HOME}/agency.db" }   # ${NAME}: from the gateway's environment ($$ is '$')
 
     [tools.search_flights]
     kind = "read_only"                 # passed through; never a step
@@ -24,11 +25,16 @@ A TOML file::
     [tools.set_faults]
     kind = "irreversible"              # refused inside a saga unless allow_in_saga = true
 
+An undo argument may also be built with JMESPath (``{ jmespath = "result.items[*].id" }``) or taken
+from a text answer with a regex's named group (``{ regex = "id (?P<id>\\w+)", from = "/result/text" }``):
+see `aegis_nb.server.bindings`. A tool may be its own undo (a checkout undone by a checkout).
+
 A tool may say ``upstream = "agency"`` (needed only when two upstreams serve one name), and
 ``guess = true`` marks an entry `observe` wrote from annotations, not yet confirmed by a person.
 
 Everything that can be checked without the upstreams is checked by `load_policy`, and the rest
-(tools that exist, undo arguments they take) by `Policy.check_tools` once they are listed. Every
+(tools that exist, undo arguments they take and require, of the types they take) by
+`Policy.check_tools` once they are listed. Every
 error is a `PolicyError` naming the file, the line and the key. `tomllib` keeps no line numbers, so
 `key_line` finds a key's line in the text itself.
 """
@@ -36,6 +42,7 @@ error is a `PolicyError` naming the file, the line and the key. `tomllib` keeps 
 from __future__ import annotations
 
 import enum
+import os
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -44,7 +51,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from aegis_nb.kernel.errors import AegisError
-from aegis_nb.server.bindings import Binding, BindingError
+from aegis_nb.kernel.printable import printable_line
+from aegis_nb.server.bindings import Binding, BindingError, UndoBinding, parse_binding, value_type
+from aegis_nb.server.session import redacted_url
 
 SAGA_TOOLS: Final = ("saga_begin", "saga_status", "saga_commit", "saga_rollback")
 """The gateway's own tools: an upstream tool may not take their names."""
@@ -75,19 +84,22 @@ class PolicyError(AegisError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSpec:
-    """One upstream server: a stdio `command` with `args` and `env`, or a streamable HTTP `url`."""
+    """One upstream server: a stdio `command` with `args` and `env`, or a streamable HTTP `url`.
+
+    `env` holds the values with every ``${NAME}`` replaced; they may be secrets, so no repr shows them."""
 
     name: str
     command: str | None = None
     args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     url: str | None = None
 
     def describe(self) -> str:
-        """How messages name it (a command's arguments may hold secrets: only the command is shown)."""
-        return (
-            f"{self.name!r} ({self.url})" if self.url is not None else f"{self.name!r} ({self.command} ...)"
-        )
+        """How messages name it (a command's arguments may hold secrets: only the command is shown;
+        a URL's credentials and query values are not shown)."""
+        if self.url is not None:
+            return f"{self.name!r} ({printable_line(redacted_url(self.url))})"
+        return f"{self.name!r} ({printable_line(self.command or '')} ...)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +109,7 @@ class ToolPolicy:
     name: str
     kind: ToolKind
     undo: str | None = None
-    undo_args: tuple[tuple[str, Binding], ...] = ()
+    undo_args: tuple[tuple[str, UndoBinding], ...] = ()
     idempotency_arg: str | None = None
     allow_in_saga: bool = False
     secret: tuple[str, ...] = ()
@@ -105,7 +117,7 @@ class ToolPolicy:
     guessed: bool = False
 
     @property
-    def bindings(self) -> dict[str, Binding]:
+    def bindings(self) -> dict[str, UndoBinding]:
         """The undo's arguments by name (a fresh dict)."""
         return dict(self.undo_args)
 
@@ -182,6 +194,11 @@ _TOOL_KEYS: Final = frozenset(
 )
 _TOP_KEYS: Final = frozenset({"upstreams", "tools"})
 _NAME: Final = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def is_policy_name(name: str) -> bool:
+    """Whether a policy can name an upstream or a tool `name`: letters, digits, '_', '-' and '.'."""
+    return _NAME.fullmatch(name) is not None
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -8,6 +8,11 @@ them, so a served process's log would change shape with the packages beside it.
 notebook or a test, where servers are built to be called in-process, that turns on every library's
 INFO logs (each HTTP request an httpx client makes, say) for the whole process, in every cell. A
 process that serves (`AegisMCP.run`) belongs to its server, and gets the SDK's set-up there.
+
+A served process logs what others wrote: an upstream's tool names and errors, and the URLs its
+HTTP client calls (httpx logs each request's URL, credentials included). So every record is one
+line, its control characters escaped (`printable`), and every URL in it shown without user info,
+query values or fragment (`redact_urls`); a traceback keeps its lines, each escaped the same way.
 """
 
 from __future__ import annotations
@@ -15,11 +20,35 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+from aegis_nb.kernel.printable import printable
+from aegis_nb.server.session import redact_urls
+
+
+class SafeLines(logging.Formatter):
+    """One escaped line per record, URLs without their credentials; tracebacks line by line."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(redact_urls(super().formatMessage(record)))
+
+    def formatException(self, ei: Any) -> str:
+        return _lines(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _lines(super().formatStack(stack_info))
+
+
+def _lines(text: str) -> str:
+    return "\n".join(printable(redact_urls(line)) for line in text.split("\n"))
 
 
 def serving_logs(level: str) -> None:
-    """Log to stderr at `level` as the SDK does, one plain line per record whatever is installed."""
-    logging.basicConfig(level=level, format="%(message)s", handlers=[logging.StreamHandler()])
+    """Log to stderr at `level` as the SDK does, one plain line per record whatever is installed,
+    each made safe to show (`SafeLines`)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(SafeLines("%(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 @contextmanager

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
-from typing import Any, Protocol, cast
-from urllib.parse import urlsplit
+from typing import Any, Final, Protocol, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from mcp import Client, StdioServerParameters
@@ -21,6 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, RequestParamsMeta, TextContent
 
 from aegis_nb.kernel.errors import ServerUnreachable, ToolError, ToolTimeoutError
+from aegis_nb.kernel.printable import printable_line
 from aegis_nb.kernel.scrubbing import exception_text
 from aegis_nb.kernel.values import JSON_LEAVES
 from aegis_nb.server.results import REFUSED_META_KEY, TIMED_OUT_META_KEY
@@ -142,9 +144,10 @@ async def connect(
                 # The SDK's errors here name neither the server nor, often, the problem's object
                 # ("All connection attempts failed", "Connection closed", a bare ENOENT).
                 cause = (sole_exception(exc) if isinstance(exc, BaseExceptionGroup) else None) or exc
+                # The cause's text may quote the URL (httpx's status errors do) or the server's words.
                 raise ServerUnreachable(
                     f"cannot connect to the MCP server {describe_target(target)}: "
-                    f"{type(cause).__name__}: {exception_text(cause)}"
+                    f"{type(cause).__name__}: {printable_line(redact_urls(exception_text(cause)))}"
                 ) from exc
             yield ToolSession(client)
     except BaseExceptionGroup as group:
@@ -167,6 +170,39 @@ def describe_target(target: object) -> str:
     if isinstance(target, MCPServer):
         return f"{target.name!r} (in process)"
     return f"of type {type(target).__name__}"
+
+
+_URL: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
+_HIDDEN: Final = "***"
+
+
+def redacted_url(url: str) -> str:
+    """`url` as it may be shown: its user info, every query value and any fragment as ``***``.
+
+    A URL's password, an ``api_key`` or a signed query are credentials; which query names hold
+    them cannot be known, so every value is hidden and only the names are kept.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # a malformed IPv6 host: nothing in it is safe to show but the scheme
+        scheme, separator, _rest = url.partition("://")
+        return f"{scheme}{separator}{_HIDDEN}"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{_HIDDEN}@{netloc.rpartition('@')[2]}"
+    query = "&".join(
+        f"{name}={_HIDDEN}" if equals else name
+        for name, equals, _value in (field.partition("=") for field in parts.query.split("&"))
+    )
+    fragment = _HIDDEN if parts.fragment else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query if parts.query else "", fragment))
+
+
+def redact_urls(text: str) -> str:
+    """`text` with every URL in it shown as `redacted_url` shows it (log lines, error messages)."""
+    if "://" not in text:
+        return text
+    return _URL.sub(lambda found: redacted_url(found.group()), text)
 
 
 def sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
