@@ -51,7 +51,7 @@ def error_of(text: str) -> str:
             "[tools.book_flight.undo_args]\n"
             'booking_id = "/response/booking_id"\n',
             "trip.toml:10: tools.book_flight.undo_args.booking_id: bad pointer: '/response/booking_id' must "
-            "point into /arguments or /result, not /response",
+            "point into /arguments, /result or /before, not /response",
         ),
         (
             '\n[tools.book_flight]\nkind = "compensable"\nundo = "cancel_flight"\n'

@@ -25,9 +25,9 @@ A TOML file::
     [tools.set_faults]
     kind = "irreversible"              # refused inside a saga unless allow_in_saga = true
 
-An undo argument may also be built with JMESPath (``{ jmespath = "result.items[*].id" }``) or taken
-from a text answer with a regex's named group (``{ regex = "id (?P<id>\\w+)", from = "/result/text" }``):
-see `aegis_nb.server.bindings`. A tool may be its own undo (a checkout undone by a checkout).
+An undo argument may also be built with JMESPath (``{ jmespath = "result.items[*].id" }``) or
+taken from a text answer by a regex's named group (``{ regex = "hash (?P<sha>[0-9a-f]+)" }``): see
+`aegis_nb.server.bindings`. A tool may be its own undo (a checkout undone by a checkout).
 
 A tool may say ``upstream = "agency"`` (needed only when two upstreams serve one name), and
 ``guess = true`` marks an entry `observe` wrote from annotations, not yet confirmed by a person.
@@ -143,7 +143,9 @@ class Policy:
         """Check the entries against the upstream tools: `served` maps a tool name to its input schema.
 
         Refused: a named tool that no upstream serves, an undo tool that does not exist, an undo
-        argument its tool does not take, an ``/arguments/x`` or secret the tool does not take.
+        argument its tool does not take, an argument it requires that no binding gives, a binding
+        whose value is of a type the argument does not take (where the binding's form says), an
+        ``/arguments/x`` or secret the tool does not take.
         """
         known = ", ".join(sorted(served)) or "none"
         for tool in self.tools:
@@ -164,26 +166,73 @@ class Policy:
                     ("tools", tool.name, "undo"),
                     f"no upstream serves the undo tool {tool.undo!r} (tools: {known})",
                 )
-            takes = _parameters(served[tool.undo])
-            for name, binding in tool.undo_args:
-                if takes is not None and name not in takes:
-                    raise self.error(
-                        ("tools", tool.name, "undo_args", name),
-                        f"the undo tool {tool.undo!r} takes no argument {name!r} "
-                        f"(it takes: {', '.join(takes)})",
-                    )
-                pointed = binding.tokens[1] if len(binding.tokens) > 1 else None
-                if binding.tokens[0] == "arguments" and own is not None and pointed not in (None, *own):
-                    raise self.error(
-                        ("tools", tool.name, "undo_args", name),
-                        f"{binding.text!r}: {tool.name!r} takes no argument {binding.tokens[1]!r}",
-                    )
+            self._check_undo_args(tool, served[tool.name], served[tool.undo])
+
+    def _check_undo_args(
+        self, tool: ToolPolicy, schema: Mapping[str, Any], undo_schema: Mapping[str, Any]
+    ) -> None:
+        """The bindings of `tool` against its own input schema and its undo's (see `check_tools`)."""
+        own, takes = _parameters(schema), _parameters(undo_schema)
+        undo_properties = _properties(undo_schema)
+        for name, binding in tool.undo_args:
+            path = ("tools", tool.name, "undo_args", name)
+            if takes is not None and name not in takes:
+                raise self.error(
+                    path,
+                    f"the undo tool {tool.undo!r} takes no argument {name!r} (it takes: {', '.join(takes)})",
+                )
+            pointed = binding.argument if isinstance(binding, Binding) else None
+            if pointed is not None and own is not None and pointed not in own:
+                raise self.error(path, f"{binding.text!r}: {tool.name!r} takes no argument {pointed!r}")
+            gives = value_type(binding, _properties(schema))
+            declared = (undo_properties or {}).get(name)
+            wanted = _types(declared.get("type") if isinstance(declared, Mapping) else None)
+            if gives is not None and wanted is not None and not _fits(gives, wanted):
+                raise self.error(
+                    path,
+                    f"{binding.text!r} gives {_a(gives)}, but the undo tool {tool.undo!r} takes {name!r} "
+                    f"as {' or '.join(map(_a, wanted))}",
+                )
+        required = undo_schema.get("required")
+        bound = {name for name, _binding in tool.undo_args}
+        unbound = [name for name in required if name not in bound] if isinstance(required, list) else []
+        if unbound:
+            raise self.error(
+                ("tools", tool.name, "undo_args"),
+                f"the undo tool {tool.undo!r} requires {', '.join(map(str, unbound))}, which undo_args "
+                "does not bind",
+            )
 
 
 def _parameters(schema: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The argument names an input schema lists, or None when it lists none and so allows any."""
+    properties = _properties(schema)
+    return tuple(properties) if properties else None
+
+
+def _properties(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
     properties = schema.get("properties")
-    return tuple(properties) if isinstance(properties, Mapping) and properties else None
+    return properties if isinstance(properties, Mapping) else None
+
+
+def _types(declared: object) -> list[str] | None:
+    """The JSON types a schema's ``type`` allows, or None when it does not say."""
+    if isinstance(declared, str):
+        return [declared]
+    if isinstance(declared, list) and declared and all(isinstance(kind, str) for kind in declared):
+        return declared
+    return None
+
+
+def _fits(gives: str, wanted: list[str]) -> bool:
+    """Whether a value of JSON type `gives` may be of one of the types `wanted`."""
+    numbers = {"integer", "number"}
+    return gives in wanted or (gives in numbers and bool(numbers & set(wanted)))
+
+
+def _a(kind: str) -> str:
+    """A JSON type with its article: 'an array', 'a string'."""
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -194,6 +243,7 @@ _TOOL_KEYS: Final = frozenset(
 )
 _TOP_KEYS: Final = frozenset({"upstreams", "tools"})
 _NAME: Final = re.compile(r"[A-Za-z0-9_.\-]+")
+_REFERENCE: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\$|\$")
 
 
 def is_policy_name(name: str) -> bool:
@@ -201,8 +251,10 @@ def is_policy_name(name: str) -> bool:
     return _NAME.fullmatch(name) is not None
 
 
-def load_policy(path: str | Path) -> Policy:
-    """Read and check a policy file; `PolicyError` (file, line, key) for anything wrong in it."""
+def load_policy(path: str | Path, environ: Mapping[str, str] | None = None) -> Policy:
+    """Read and check a policy file; `PolicyError` (file, line, key) for anything wrong in it.
+
+    `environ` (the process's environment by default) fills the ``${NAME}`` of upstreams' `env`."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -210,11 +262,12 @@ def load_policy(path: str | Path) -> Policy:
         raise PolicyError(source, None, "", f"cannot read the policy: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise PolicyError(source, None, "", "the policy is not UTF-8 text") from None
-    return parse_policy(text, source)
+    return parse_policy(text, source, environ)
 
 
-def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    """A policy from its TOML `text`; `source` names it in errors."""
+def parse_policy(text: str, source: str = "<policy>", environ: Mapping[str, str] | None = None) -> Policy:
+    """A policy from its TOML `text`; `source` names it in errors, `environ` fills ``${NAME}``
+    in upstreams' `env` (the process's environment by default)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -223,7 +276,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         line = int(match.group(1)) if match else None
         message = str(exc)[: match.start()].strip() if match else str(exc)
         raise PolicyError(source, line, "", f"not valid TOML: {message}") from None
-    checker = _Checker(source, text)
+    checker = _Checker(source, text, os.environ if environ is None else environ)
     checker.keys(data, (), _TOP_KEYS)
     upstreams = tuple(
         checker.upstream(name, entry) for name, entry in checker.table(data, ("upstreams",)).items()
@@ -244,6 +297,7 @@ class _Checker:
 
     source: str
     text: str
+    environ: Mapping[str, str] = field(repr=False)
 
     def fail(self, path: tuple[str, ...], problem: str) -> PolicyError:
         return PolicyError(self.source, key_line(self.text, path), ".".join(path), problem)
@@ -294,7 +348,25 @@ class _Checker:
         env = entry.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(value, str) for value in env.values()):
             raise self.fail((*path, "env"), "expected a table of strings")
-        return UpstreamSpec(name, command=command, args=tuple(args), env=tuple(sorted(env.items())))
+        filled = {key: self.expand((*path, "env", key), value) for key, value in env.items()}
+        return UpstreamSpec(name, command=command, args=tuple(args), env=tuple(sorted(filled.items())))
+
+    def expand(self, path: tuple[str, ...], value: str) -> str:
+        """`value` with each ``${NAME}`` replaced by the variable from `environ`, and ``$$`` by '$'."""
+
+        def replace(found: re.Match[str]) -> str:
+            name = found.group(1)
+            if name is not None:
+                if name not in self.environ:
+                    raise self.fail(path, f"${{{name}}}: {name} is not set in the gateway's environment")
+                return self.environ[name]
+            if found.group() == "$$":
+                return "$"
+            raise self.fail(
+                path, "a '$' starts ${NAME} (a variable of the gateway's environment); write $$ for '$'"
+            )
+
+        return _REFERENCE.sub(replace, value)
 
     def tool(self, name: str, entry: dict[str, Any], upstreams: set[str]) -> ToolPolicy:
         path = ("tools", name)
@@ -318,8 +390,6 @@ class _Checker:
                 raise self.fail(path, 'a compensable tool needs undo = "<the tool that undoes it>"')
             if not isinstance(undo, str) or not undo:
                 raise self.fail((*path, "undo"), "expected a tool name")
-            if undo == name:
-                raise self.fail((*path, "undo"), "a tool cannot be its own undo")
         else:
             for key in ("undo", "undo_args", "idempotency_arg"):
                 if key in entry:
@@ -328,12 +398,7 @@ class _Checker:
                     )
         if not isinstance(raw_args, dict):
             raise self.fail((*path, "undo_args"), 'expected a table: argument = "/result/pointer"')
-        bindings: list[tuple[str, Binding]] = []
-        for arg, text in raw_args.items():
-            try:
-                bindings.append((arg, Binding.parse(text)))
-            except BindingError as exc:
-                raise self.fail((*path, "undo_args", arg), f"bad pointer: {exc}") from None
+        bindings = tuple(self.binding((*path, "undo_args", arg), text) for arg, text in raw_args.items())
         allow = entry.get("allow_in_saga", False)
         if not isinstance(allow, bool):
             raise self.fail((*path, "allow_in_saga"), "expected true or false")
@@ -343,13 +408,25 @@ class _Checker:
             name,
             kind,
             undo=undo,
-            undo_args=tuple(bindings),
+            undo_args=bindings,
             idempotency_arg=self.optional_name(entry, (*path, "idempotency_arg")),
             allow_in_saga=allow,
             secret=self.names(entry, (*path, "secret")),
             upstream=self.upstream_name(entry, path, upstreams),
             guessed=self.flag(entry, (*path, "guess")),
         )
+
+    def binding(self, path: tuple[str, ...], value: object) -> tuple[str, UndoBinding]:
+        """One undo argument's binding, by its name (the last key of `path`)."""
+        try:
+            binding = parse_binding(value)
+        except BindingError as exc:
+            form = "pointer" if isinstance(value, str) else "binding"
+            raise self.fail(path, f"bad {form}: {exc}") from None
+        if "before" in binding.roots:
+            # The seam for `before` reads: until a tool can name one, nothing fills /before.
+            raise self.fail(path, f"{binding.text!r} reads before, but {path[1]!r} has no before read")
+        return path[-1], binding
 
     def optional_name(self, entry: dict[str, Any], path: tuple[str, ...]) -> str | None:
         value = entry.get(path[-1])
