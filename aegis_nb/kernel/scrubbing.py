@@ -2,13 +2,17 @@
 that held one.
 
 A `Secret`'s value may reach an exception's message, its notes or its chain (a tool that echoed it, a
-`KeyError` showing it escaped); `scrub` hides it from text, `scrubbed_cause` from a rendered traceback.
+`KeyError` showing it escaped); `scrub` hides it from text, `scrubbed_cause` from a rendered traceback,
+`scrubbed_error` from a tool's failure, and `scrub_json` from the data a tool answered.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from typing import Any
+
+from aegis_nb.kernel.errors import ToolError, ToolTimeoutError
 
 
 def exception_text(exc: BaseException) -> str:
@@ -61,6 +65,47 @@ def scrubbed_cause(exc: BaseException, secrets: Iterable[str]) -> BaseException:
         if isinstance(error, BaseExceptionGroup):
             pending += error.exceptions
     return exc
+
+
+def scrubbed_error(exc: Exception, tool: str, secrets: Iterable[str]) -> Exception:
+    """`exc` itself, or when its words (or a tool error's structured content) hold a secret value,
+    the same failure in words that do not, with no chain back to the original.
+
+    For failures the engine cannot scrub, as it never held the secrets: a tool's own, which its
+    step used once and did not keep. A failure other than a tool's error or timeout is said as a
+    `ToolError` that does not claim a refusal (the tool may have acted first).
+    """
+    secrets = [secret for secret in secrets if secret]
+    text = exception_text(exc)
+    clean = scrub(text, secrets)
+    structured = exc.structured if isinstance(exc, ToolError) else None
+    clean_structured = None if structured is None else scrub_json(structured, secrets)
+    if clean == text and clean_structured == structured:
+        return exc
+    if isinstance(exc, ToolError):
+        return ToolError(exc.tool, scrub(exc.message, secrets), clean_structured, refused=exc.refused)
+    if isinstance(exc, ToolTimeoutError):
+        timed_out = ToolTimeoutError(exc.step, exc.budget)
+        timed_out.args = (clean,)
+        return timed_out
+    return ToolError(tool, f"{type(exc).__name__}: {clean}", refused=False)
+
+
+def scrub_json(value: Any, secrets: Iterable[str]) -> Any:
+    """JSON data with every secret value replaced by ``***`` in its strings and keys; a number
+    whose digits hold one (a card number sent as a number) becomes the string ``***``."""
+    secrets = tuple(secret for secret in secrets if secret)
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {scrub(str(key), secrets): scrub_json(item, secrets) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_json(item, secrets) for item in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value if scrub(str(value), secrets) == str(value) else "***"
+    return value
 
 
 def _notes(exc: BaseException) -> tuple[str, ...]:
