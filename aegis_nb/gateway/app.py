@@ -124,7 +124,7 @@ class Gateway(AegisMCP):
             **kwargs,
         )
         # The saga tools of AegisMCP's compensable tools, over the gateway's own registry.
-        for tool_name, tool in saga_tools(lambda: self._handles).items():
+        for tool_name, tool in saga_tools(lambda: self._handles, self.callers.of).items():
             self.add_tool(tool, tool_name, structured_output=False)
 
     # -- the upstream sessions ------------------------------------------------------------------
@@ -142,7 +142,12 @@ class Gateway(AegisMCP):
             # Entered after the upstreams, so left before them: open sagas roll back while they answer.
             self._handles = await stack.enter_async_context(
                 SagaHandles(
-                    self.workflow_engine, ttl=self.saga_ttl, timeout=self.saga_timeout, clock=self._clock
+                    self.workflow_engine,
+                    ttl=self.saga_ttl,
+                    timeout=self.saga_timeout,
+                    clock=self._clock,
+                    max_open=self.saga_max_open,
+                    max_open_per_caller=self.saga_max_open_per_caller,
                 )
             )
             self._upstreams = upstreams
@@ -194,12 +199,13 @@ class Gateway(AegisMCP):
         for name, policy in sorted(self.policies().items()):
             if self.policy.tool(name) is None:
                 lines.append(
-                    f"gateway: {name} is not in the policy: served as {policy.kind.value} "
+                    f"gateway: {printable_line(name)} is not in the policy: served as {policy.kind.value} "
                     "(from its annotations)"
                 )
             elif policy.guessed:
                 lines.append(
-                    f"gateway: {name} is {policy.kind.value}, marked as a guess in the policy (guess = true)"
+                    f"gateway: {printable_line(name)} is {policy.kind.value}, "
+                    "marked as a guess in the policy (guess = true)"
                 )
         return lines
 
@@ -237,7 +243,7 @@ class Gateway(AegisMCP):
                 "(commit the saga first, or call it without a saga)",
                 refused=True,
             )
-        return await self.saga_call(handle, name, arguments, policy)
+        return await self.saga_call(handle, name, arguments, policy, owner=self.callers.of(context))
 
     async def _forward(self, name: str, arguments: Mapping[str, Any]) -> CallToolResult:
         try:
@@ -246,19 +252,33 @@ class Gateway(AegisMCP):
             return error_result(str(exc), refused=False)  # it may have acted before the upstream went
 
     async def saga_call(
-        self, handle: object, name: str, arguments: dict[str, Any], policy: ToolPolicy
+        self,
+        handle: object,
+        name: str,
+        arguments: dict[str, Any],
+        policy: ToolPolicy,
+        *,
+        owner: str | None = None,
     ) -> Any:
-        """A call that carries a saga handle: the saga's next step, answered as the upstream answered."""
+        """A call that carries a saga handle: the saga's next step, answered as the upstream answered.
+
+        `owner` is the caller's identity: the handle answers only the caller that began its saga."""
         step = self._steps[name]
         # The call's secrets and answer are held for as long as this caller waits, and no longer.
         with step.calling(arguments) as call:
             try:
                 done = await self.handles.step(
-                    handle if isinstance(handle, str) else "", step, (), call.arguments
+                    handle if isinstance(handle, str) else "", step, (), call.arguments, owner=owner
                 )
             except HandleRefused as exc:
                 return error_result(f"{name} was not called: {exc}", refused=True)
             except NotOpen as exc:
+                if exc.cut_off:  # it was called, and may have acted: the state says if that was undone
+                    return error_result(
+                        f"{name} was cancelled when the saga ended: {exc.state.ended_as()}",
+                        refused=False,
+                        structured=exc.state.to_json(),
+                    )
                 phase = exc.state.phase.value
                 return error_result(
                     f"{name} was not called: the saga has ended ({phase})",

@@ -42,6 +42,7 @@ from aegis_nb.saga.durable.startup import Lifespan, durable_engine, durable_life
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.events import SagaEvent
 from aegis_nb.saga.journal import Journal
+from aegis_nb.server.callers import Callers
 from aegis_nb.server.compensable import (
     SAGA_ARGUMENT,
     SAGA_META_KEY,
@@ -68,7 +69,13 @@ from aegis_nb.server.results import (
 )
 from aegis_nb.server.routing import Observing, in_a_clean_slate
 from aegis_nb.server.saga_calls import compensable_runner, secret_names
-from aegis_nb.server.saga_handles import DEFAULT_SAGA_TIMEOUT, DEFAULT_TTL, SagaHandles
+from aegis_nb.server.saga_handles import (
+    DEFAULT_MAX_OPEN,
+    DEFAULT_MAX_OPEN_PER_CALLER,
+    DEFAULT_SAGA_TIMEOUT,
+    DEFAULT_TTL,
+    SagaHandles,
+)
 from aegis_nb.server.saga_tools import SAGA_TOOLS, saga_lifespan, saga_tools
 from aegis_nb.server.sdklogging import root_logger_kept, serving_logs
 from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
@@ -128,6 +135,8 @@ class AegisMCP(MCPServer[Any]):
         tracing: Tracing = None,
         saga_ttl: float = DEFAULT_TTL,
         saga_timeout: float | None = DEFAULT_SAGA_TIMEOUT,
+        saga_max_open: int = DEFAULT_MAX_OPEN,
+        saga_max_open_per_caller: int = DEFAULT_MAX_OPEN_PER_CALLER,
         **kwargs: Any,
     ) -> None:
         """`engine` runs the workflows (a fresh `WorkflowEngine` by default); timeouts are seconds or None.
@@ -138,8 +147,10 @@ class AegisMCP(MCPServer[Any]):
         (aegis_nb.server.temporal_runs). `tracing` records the runs as OpenTelemetry spans (a
         `SagaTracer`, True or False; None: if a tracer provider is configured by now; see
         aegis_nb.tracing). Agent sagas over compensable tools (``@app.tool(compensate=...)``) are rolled
-        back idle past `saga_ttl` seconds, or past `saga_timeout`. Other keyword arguments go to
-        `MCPServer` unchanged.
+        back idle past `saga_ttl` seconds, or past `saga_timeout` (a client may ask for less, not more);
+        at most `saga_max_open` are open at once, `saga_max_open_per_caller` for one caller, to whom
+        each handle is bound (aegis_nb.server.callers). Other keyword arguments go to `MCPServer`
+        unchanged.
         """
         own_lifespan: Lifespan | None = kwargs.get("lifespan")
         if journal is not None:
@@ -147,7 +158,8 @@ class AegisMCP(MCPServer[Any]):
             kwargs["lifespan"] = durable_lifespan(engine, own_lifespan)
         # Outermost: agent sagas are served after recovery, and rolled back before the app's own
         # sessions close (their undos may need them).
-        kwargs["lifespan"] = saga_lifespan(kwargs.get("lifespan"), AegisMCP._serving_sagas)
+        callers = Callers()
+        kwargs["lifespan"] = saga_lifespan(kwargs.get("lifespan"), AegisMCP._serving_sagas, callers.connected)
         with root_logger_kept():  # set up when serving instead: see aegis_nb.server.sdklogging
             super().__init__(name, **kwargs)
         self._own_lifespan = own_lifespan
@@ -160,6 +172,8 @@ class AegisMCP(MCPServer[Any]):
         self._executor = ToolExecutor()
         self._workflows: dict[str, Workflow] = {}
         self.saga_ttl, self.saga_timeout = saga_ttl, saga_timeout
+        self.saga_max_open, self.saga_max_open_per_caller = saga_max_open, saga_max_open_per_caller
+        self.callers = callers
         self._compensable: dict[str, CompensableCall] = {}
         self._checkers: dict[str, ArgumentChecker] = {}
         self._saga_handles: SagaHandles | None = None
@@ -504,6 +518,7 @@ class AegisMCP(MCPServer[Any]):
             lambda: self._saga_handles,
             REQUEST_PARAM,
             lambda arguments: self._refused_arguments(tool_name, arguments),
+            self.callers.of,
         )
         self._add_saga_tools()
         super().add_tool(
@@ -532,7 +547,7 @@ class AegisMCP(MCPServer[Any]):
                     f"compensable tools need the saga tool {tool_name!r}, and a tool of that name is "
                     "already registered"
                 )
-        for tool_name, fn in saga_tools(lambda: self._saga_handles).items():
+        for tool_name, fn in saga_tools(lambda: self._saga_handles, self.callers.of).items():
             self.add_tool(fn, tool_name, structured_output=False)
 
     @asynccontextmanager
@@ -541,7 +556,13 @@ class AegisMCP(MCPServer[Any]):
         if not self._compensable:
             yield
             return
-        async with SagaHandles(self.workflow_engine, ttl=self.saga_ttl, timeout=self.saga_timeout) as handles:
+        async with SagaHandles(
+            self.workflow_engine,
+            ttl=self.saga_ttl,
+            timeout=self.saga_timeout,
+            max_open=self.saga_max_open,
+            max_open_per_caller=self.saga_max_open_per_caller,
+        ) as handles:
             self._saga_handles = handles
             try:
                 yield

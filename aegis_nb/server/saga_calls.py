@@ -4,7 +4,7 @@ The handle comes from the ``saga`` argument the runner publishes (so a model can
 request's ``_meta["aegis-nb/saga"]`` (for hosts that set it). Inside a saga, the tool's arguments
 marked secret are held by its step for the call alone (never in events, the journal, status, reports
 or logs), the call gets the step's idempotency key, and the result says which step it was
-(``_meta["aegis-nb/step"]``).
+(``_meta["aegis-nb/step"]``). The handle answers only the caller that began its saga.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from aegis_nb.kernel.values import thaw
 from aegis_nb.server.compensable import SAGA_ARGUMENT, SAGA_META_KEY, STEP_META_KEY, CompensableCall
 from aegis_nb.server.results import error_result, timed_out_result
 from aegis_nb.server.saga_handles import HandleRefused, NotOpen, SagaHandles
+from aegis_nb.server.saga_tools import Owner
 from aegis_nb.server.signature import request_meta
 
 HandleArgument = Annotated[
@@ -38,10 +39,12 @@ def compensable_runner(
     handles: Callable[[], SagaHandles | None],
     request_param: str,
     refused: Callable[[Mapping[str, Any]], CallToolResult | None],
+    owner: Owner,
 ) -> Callable[..., Awaitable[Any]]:
     """`plain` (the tool's ordinary runner) published with the ``saga`` argument added; see above.
 
-    `refused` checks the arguments against the published schema first (None: they fit).
+    `refused` checks the arguments against the published schema first (None: they fit); `owner`
+    tells who the request's caller is.
     """
 
     async def run_compensable(**kwargs: Any) -> Any:
@@ -59,14 +62,14 @@ def compensable_runner(
         registry = handles()
         if registry is None:
             return error_result("sagas are served only while the server runs", refused=True)
-        kwargs.pop(request_param, None)
+        caller = owner(kwargs.pop(request_param, None))
         if step.key_argument is not None:
             kwargs.pop(step.key_argument, None)  # inside a saga, the step's own key is sent
         hidden = tuple(value for name, value in kwargs.items() if name in secret and isinstance(value, str))
         arguments = {name: value for name, value in kwargs.items() if name not in secret}
         arguments.update(step.hold({name: kwargs[name] for name in secret if name in kwargs}))
         try:
-            return await _run_step(registry, handle, step, arguments, hidden)
+            return await _run_step(registry, handle, caller, step, arguments, hidden)
         finally:
             step.release(arguments)  # no-op once its execute took them; else never kept
 
@@ -91,17 +94,21 @@ def compensable_runner(
 async def _run_step(
     registry: SagaHandles,
     handle: Any,
+    caller: str | None,
     step: CompensableCall,
     arguments: dict[str, Any],
     hidden: tuple[str, ...],
 ) -> CallToolResult:
     """Run the call as the saga's next step; every outcome as a result (`hidden`: its secret values)."""
     try:
-        done = await registry.step(handle, step, (), arguments)
+        done = await registry.step(handle, step, (), arguments, owner=caller)
     except HandleRefused as exc:
         return error_result(str(exc), refused=True)
     except NotOpen as exc:
         state = exc.state.to_json()
+        if exc.cut_off:  # it ran, and may have acted: the state says whether that was undone
+            text = f"{step.name} was cancelled when the saga ended: {exc.state.ended_as()}"
+            return error_result(text, refused=False, structured=state)
         return error_result(f"{exc}; nothing was done", refused=True, structured=state)
     except ToolError as exc:
         return error_result(scrub(exc.message, hidden), refused=exc.refused, structured=exc.structured)

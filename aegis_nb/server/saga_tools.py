@@ -2,7 +2,11 @@
 ``saga_commit`` and ``saga_rollback``, over the server's `SagaHandles`.
 
 Each answers with structure (`SagaState.to_json`, or the ticket for ``saga_begin``); a refused handle
-is an error result marked refused (it did nothing), in the same words for every kind of refusal.
+is an error result marked refused (it did nothing), in the same words for every kind of refusal, and
+so is a ``saga_begin`` past the server's limits. ``saga_commit`` and ``saga_rollback`` answer
+``is_error`` whenever the saga did not end as asked (a commit that lost to a rollback or the TTL, a
+rollback that lost to a commit or ended stuck), with the status it did end in as the structure.
+Every tool is given the caller's identity (`Owner`), which a handle is bound to.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Annotated, Any, Final
 
+from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 from pydantic_core import to_json
 
 from aegis_nb.server.results import error_result
-from aegis_nb.server.saga_handles import HandleRefused, SagaHandles, SagaState
+from aegis_nb.server.saga_handles import HandleRefused, SagaHandles, SagaLimitReached
+from aegis_nb.server.saga_state import Phase, SagaState
 
 SAGA_TOOLS: Final = ("saga_begin", "saga_status", "saga_commit", "saga_rollback")
 
@@ -26,15 +32,25 @@ Handle = Annotated[str, Field(description="The saga handle saga_begin returned."
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 
+Owner = Callable[[Context[Any, Any] | None], str | None]
+"""The identity of a request's caller (`aegis_nb.server.callers.Callers.of`)."""
+
 
 def saga_lifespan(
-    inner: Lifespan | None, serving: Callable[[Any], AbstractAsyncContextManager[None]]
+    inner: Lifespan | None,
+    serving: Callable[[Any], AbstractAsyncContextManager[None]],
+    connected: Callable[[object], AbstractAsyncContextManager[None]],
 ) -> Lifespan:
-    """`inner` (the app's own lifespan, recovery included), then the saga handles, while serving."""
+    """`inner` (the app's own lifespan, recovery included), then the saga handles, while serving;
+    each run is `connected` as the connection its requests come over (see `Callers.connected`)."""
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[Any]:
-        async with nullcontext({}) if inner is None else inner(app) as state, serving(app):
+        async with (
+            nullcontext({}) if inner is None else inner(app) as state,
+            connected(state),
+            serving(app),
+        ):
             yield state
 
     return lifespan
@@ -49,9 +65,10 @@ def answer(structure: dict[str, Any], *, is_error: bool = False) -> CallToolResu
 
 
 def saga_tools(
-    handles: Callable[[], SagaHandles | None],
+    handles: Callable[[], SagaHandles | None], owner: Owner
 ) -> dict[str, Callable[..., Awaitable[CallToolResult]]]:
-    """The four tools by name, reading the registry `handles()` gives (None: not serving)."""
+    """The four tools by name, reading the registry `handles()` gives (None: not serving), each
+    saga bound to `owner` of the request that began it."""
 
     async def saga_begin(
         ttl_seconds: Annotated[
@@ -64,34 +81,47 @@ def saga_tools(
         rollback_on_error: Annotated[
             bool, Field(description="Roll the saga back at the first failed step (default: keep it open).")
         ] = False,
+        ctx: Context[Any, Any] | None = None,
     ) -> CallToolResult:
         """Begin a saga: pass the returned `saga` handle to compensable tools to make each call a step;
-        end it with saga_commit or saga_rollback, or it is rolled back when idle past its TTL."""
+        end it with saga_commit or saga_rollback, or it is rolled back when idle past its TTL.
+        The TTL and deadline may be shorter than the server's, not longer."""
         registry = handles()
         if registry is None:
             return error_result(NOT_SERVING, refused=True)
         try:
             ticket = await registry.begin(
-                ttl=ttl_seconds, deadline_after=deadline_seconds, rollback_on_error=rollback_on_error
+                ttl=ttl_seconds,
+                deadline_after=deadline_seconds,
+                rollback_on_error=rollback_on_error,
+                owner=owner(ctx),
             )
-        except ValueError as exc:
-            return error_result(str(exc), refused=True)
+        except (ValueError, SagaLimitReached) as exc:
+            return error_result(f"no saga was begun: {exc}", refused=True)
         return answer(ticket.to_json())
 
-    async def saga_status(saga: Handle) -> CallToolResult:
+    async def saga_status(saga: Handle, ctx: Context[Any, Any] | None = None) -> CallToolResult:
         """The saga's steps so far, each live, failed, undone, orphaned or stuck, and its TTL left."""
-        return await _over(handles, lambda registry: registry.status(saga))
+        return await _over(handles, lambda registry: registry.status(saga, owner=owner(ctx)))
 
-    async def saga_commit(saga: Handle) -> CallToolResult:
-        """Commit the saga: its steps stand. A finished saga answers with its final status."""
-        return await _over(handles, lambda registry: registry.commit(saga))
+    async def saga_commit(saga: Handle, ctx: Context[Any, Any] | None = None) -> CallToolResult:
+        """Commit the saga: its steps stand. An error if it ended otherwise (its status says how)."""
+        return await _over(
+            handles, lambda registry: registry.commit(saga, owner=owner(ctx)), wanted=Phase.COMMITTED
+        )
 
     async def saga_rollback(
         saga: Handle,
         reason: Annotated[str, Field(description="Why, in a few words (kept in the run's record).")] = "",
+        ctx: Context[Any, Any] | None = None,
     ) -> CallToolResult:
-        """Undo every step of the saga that stands, newest first. A finished saga answers unchanged."""
-        return await _over(handles, lambda registry: registry.rollback(saga, reason or "the agent asked"))
+        """Undo every step of the saga that stands, newest first. An error if it did not end rolled
+        back: committed already, or stuck with something left standing (its status says what)."""
+        return await _over(
+            handles,
+            lambda registry: registry.rollback(saga, reason or "the agent asked", owner=owner(ctx)),
+            wanted=Phase.ROLLED_BACK,
+        )
 
     return {
         "saga_begin": saga_begin,
@@ -102,8 +132,12 @@ def saga_tools(
 
 
 async def _over(
-    handles: Callable[[], SagaHandles | None], act: Callable[[SagaHandles], Awaitable[SagaState]]
+    handles: Callable[[], SagaHandles | None],
+    act: Callable[[SagaHandles], Awaitable[SagaState]],
+    *,
+    wanted: Phase | None = None,
 ) -> CallToolResult:
+    """`act`'s state as the answer; an error when `wanted` (the end asked for) is not how it ended."""
     registry = handles()
     if registry is None:
         return error_result(NOT_SERVING, refused=True)
@@ -111,4 +145,9 @@ async def _over(
         state = await act(registry)
     except HandleRefused as exc:
         return error_result(str(exc), refused=True)
-    return answer(state.to_json())
+    if wanted is None or state.phase is wanted:
+        return answer(state.to_json())
+    asked = "committed" if wanted is Phase.COMMITTED else "rolled back"
+    return error_result(
+        f"the saga was not {asked}: it ended {state.ended_as()}", refused=False, structured=state.to_json()
+    )

@@ -1,0 +1,157 @@
+"""An agent saga's TTL and deadline are kept whatever another saga's call is doing, and whatever its own is.
+
+Expiries are independent: a saga whose call will not stop never holds up another's rollback. A saga
+the clock ends mid-call has that call cancelled instead of waited for: the step is then in doubt,
+compensated as an in-doubt step is, and its caller is told the saga ended while the call ran.
+Checked on a ledger of real effects, with events and a fake clock, never sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from aegis_nb.saga.events import SagaEvent, SagaRolledBackEvent
+from aegis_nb.server.saga_handles import NotOpen, Phase, SagaHandles, StepState, StepView
+from aegis_nb.testing import EventCapture
+from tests.saga_handles_support import Booking, FakeClock, HeldBooking, engine
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 30.0
+"""Seconds to wait for what must happen promptly: generous, for a loaded machine; never reached."""
+
+
+async def call(handles: SagaHandles, handle: str, step: object, told: list[NotOpen]) -> None:
+    """A caller whose step the saga's end cuts off: it is told so, as `NotOpen`."""
+    try:
+        await handles.step(handle, step)
+    except NotOpen as exc:
+        told.append(exc)
+
+
+@asynccontextmanager
+async def released_at_the_end(held: HeldBooking) -> AsyncIterator[None]:
+    """Let `held`'s call go when the block is left, however: a failed test ends instead of hanging."""
+    try:
+        yield
+    finally:
+        held.release.set()
+
+
+async def test_a_call_that_will_not_stop_holds_up_no_other_sagas_rollback() -> None:
+    ledger: dict[str, str] = {}
+    rolled_back: dict[str, anyio.Event] = {}
+
+    def watch(event: SagaEvent) -> None:
+        if isinstance(event, SagaRolledBackEvent):
+            rolled_back.setdefault(event.run_id, anyio.Event()).set()
+
+    # Real (loop) time, tiny TTLs: the reaper on its own, as a server runs it.
+    stuck_call = HeldBooking(ledger, "flight", shielded=True)
+    async with (
+        SagaHandles(engine(), ttl=600, sinks=[watch]) as handles,
+        anyio.create_task_group() as tasks,
+        released_at_the_end(stuck_call),
+    ):
+        busy = await handles.begin(ttl=0.05)
+        tasks.start_soon(call, handles, busy.handle, stuck_call, [])
+        await stuck_call.started.wait()
+        with anyio.fail_after(WAIT):
+            await stuck_call.cancelled.wait()  # the reaper has ended the busy saga: its call was told
+        idle = await handles.begin(ttl=0.05)
+        await handles.step(idle.handle, Booking(ledger, "hotel"))
+        with anyio.fail_after(WAIT):
+            await rolled_back.setdefault(idle.run_id, anyio.Event()).wait()
+        assert (await handles.status(idle.handle)).phase is Phase.ROLLED_BACK
+        assert not stuck_call.release.is_set()  # the busy saga's call still holds on
+        assert (await handles.status(busy.handle)).phase is Phase.OPEN
+        assert sorted(ledger.values()) == ["flight"]
+    assert (await handles.status(busy.handle)).phase is Phase.ROLLED_BACK
+    assert ledger == {}
+
+
+async def test_expire_returns_every_due_saga_at_once_though_one_call_never_stops() -> None:
+    ledger: dict[str, str] = {}
+    clock = FakeClock()
+    stuck_call = HeldBooking(ledger, "flight", shielded=True)
+    async with (
+        SagaHandles(engine(), ttl=60, clock=clock) as handles,
+        anyio.create_task_group() as tasks,
+        released_at_the_end(stuck_call),
+    ):
+        busy = await handles.begin(ttl=10)
+        tasks.start_soon(call, handles, busy.handle, stuck_call, [])
+        await stuck_call.started.wait()
+        idle = await handles.begin(ttl=20)
+        await handles.step(idle.handle, Booking(ledger, "hotel"))
+        clock.now += 10
+        ended: list[Phase] = []
+
+        async def expire() -> None:
+            ended.extend(state.phase for state in await handles.expire())
+
+        tasks.start_soon(expire)
+        with anyio.fail_after(WAIT):
+            await stuck_call.cancelled.wait()
+        clock.now += 10  # now the idle one is due too, while the first expiry still waits
+        with anyio.fail_after(WAIT):
+            (idle_state,) = await handles.expire()
+        assert (idle_state.run_id, idle_state.phase, idle_state.reason) == (
+            idle.run_id,
+            Phase.ROLLED_BACK,
+            "idle past its TTL",
+        )
+        assert ended == []  # the busy saga's expiry waits for its call; nothing else did
+    assert ended == [Phase.ROLLED_BACK]
+    assert ledger == {}
+
+
+@pytest.mark.parametrize(
+    ("ttl", "saga_timeout", "reason"), [(10, 600, "idle past its TTL"), (1000, 600, "past its deadline")]
+)
+async def test_a_saga_due_mid_call_has_the_call_cancelled_and_its_in_doubt_step_undone(
+    ttl: float, saga_timeout: float, reason: str
+) -> None:
+    ledger: dict[str, str] = {}
+    clock = FakeClock()
+    capture = EventCapture()
+    blocked = HeldBooking(ledger, "charge")  # blocks until released: never, here
+    answer: list[NotOpen] = []
+    async with SagaHandles(engine(capture), ttl=ttl, timeout=saga_timeout, clock=clock) as handles:
+        ticket = await handles.begin()
+        await handles.step(ticket.handle, Booking(ledger, "flight"))
+        async with anyio.create_task_group() as tasks, released_at_the_end(blocked):
+            tasks.start_soon(call, handles, ticket.handle, blocked, answer)
+            await blocked.started.wait()
+            assert sorted(ledger.values()) == ["charge", "flight"]
+            clock.now += min(ttl, saga_timeout)
+            with anyio.fail_after(WAIT):
+                (final,) = await handles.expire()
+    assert ledger == {}
+    assert (final.phase, final.reason) == (Phase.ROLLED_BACK, reason)
+    assert final.steps == (
+        StepView(0, "flight", StepState.UNDONE),
+        StepView(1, "charge", StepState.UNDONE),
+    )
+    (told,) = answer
+    assert (str(told), told.cut_off, told.state) == (
+        "the saga ended while the call ran: rolled_back",
+        True,
+        final,
+    )
+    assert capture.trail() == [
+        ("SagaStarted",),
+        ("StepStarted", "flight"),
+        ("StepSucceeded", "flight"),
+        ("StepStarted", "charge"),
+        ("StepFailed", "charge"),
+        ("CompensationStarted", "charge"),
+        ("CompensationSucceeded", "charge"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaRolledBackEvent",),
+    ]
