@@ -2,7 +2,8 @@
 tool at a time (failing before it acts, acting and then never answering), and judges each saga by the
 ledger: with the shipped policy, whose undos take the id the booking returned, a call that timed out
 after acting leaves its booking live (the undo could not be called); with undos bound to the step's
-idempotency key instead, every saga ends clean."""
+idempotency key instead, every saga ends clean. The table words a run as ``%aegis_rehearse``'s does:
+``rolled back``, ``STUCK``, and a committed run's ledger as what it holds, not "clean"."""
 
 from __future__ import annotations
 
@@ -35,14 +36,14 @@ async def rehearse(policy: Policy) -> AgentRehearsal:
 async def test_with_the_shipped_policy_a_call_that_times_out_after_acting_leaves_its_booking_live() -> None:
     rehearsal = await rehearse(parse_policy(SHIPPED.read_text(), str(SHIPPED)))
     assert str(rehearsal) == (
-        "scenario                              saga ended   ledger\n"
-        "clean run                             committed    clean\n"
-        "book_flight fails                     rolled_back  clean\n"
-        "book_flight times out after acting    stuck        left live: FL-0001\n"
-        "reserve_hotel fails                   rolled_back  clean\n"
-        "reserve_hotel times out after acting  stuck        left live: HT-0001\n"
-        "charge_card fails                     rolled_back  clean\n"
-        "charge_card times out after acting    stuck        left live: CH-0001"
+        "scenario                              outcome      ledger after\n"
+        "clean run                             committed    1 flight, 1 hotel, 1 charge (€446.00 held)\n"
+        "book_flight fails                     rolled back  clean\n"
+        "book_flight times out after acting    STUCK        LEFT LIVE: FL-0001\n"
+        "reserve_hotel fails                   rolled back  clean\n"
+        "reserve_hotel times out after acting  STUCK        LEFT LIVE: HT-0001\n"
+        "charge_card fails                     rolled back  clean\n"
+        "charge_card times out after acting    STUCK        LEFT LIVE: CH-0001"
     )
     assert rehearsal.clean is False
     assert [s.answer for s in rehearsal.scenarios[:2]] == [
@@ -55,18 +56,18 @@ async def test_with_the_shipped_policy_a_call_that_times_out_after_acting_leaves
 async def test_with_undos_bound_to_the_idempotency_key_every_saga_ends_clean() -> None:
     rehearsal = await rehearse(keyed_policy())
     assert [s.row() for s in rehearsal.scenarios] == [
-        ("clean run", "committed", "clean"),
-        ("book_flight fails", "rolled_back", "clean"),
-        ("book_flight times out after acting", "rolled_back", "clean"),
-        ("reserve_hotel fails", "rolled_back", "clean"),
-        ("reserve_hotel times out after acting", "rolled_back", "clean"),
-        ("charge_card fails", "rolled_back", "clean"),
-        ("charge_card times out after acting", "rolled_back", "clean"),
+        ("clean run", "committed", "1 flight, 1 hotel, 1 charge (€446.00 held)"),
+        ("book_flight fails", "rolled back", "clean"),
+        ("book_flight times out after acting", "rolled back", "clean"),
+        ("reserve_hotel fails", "rolled back", "clean"),
+        ("reserve_hotel times out after acting", "rolled back", "clean"),
+        ("charge_card fails", "rolled back", "clean"),
+        ("charge_card times out after acting", "rolled back", "clean"),
     ]
     assert rehearsal.clean is True
     assert rehearsal._repr_html_().startswith(
-        "<table><tr><th>scenario</th><th>saga ended</th><th>ledger</th></tr>"
-        "<tr><td>clean run</td><td>committed</td><td>clean</td></tr>"
+        "<table><tr><th>scenario</th><th>outcome</th><th>ledger after</th></tr>"
+        "<tr><td>clean run</td><td>committed</td><td>1 flight, 1 hotel, 1 charge (€446.00 held)</td></tr>"
     )
 
 

@@ -91,7 +91,8 @@ ledger:
   undone  : 2 cancellations, 0 refunds
 """.replace(
     "{timeout}",
-    "step 'ReserveHotel' exceeded its deadline (budget N ms) — rolled back: ReserveHotel, BookFlight",
+    "step 'ReserveHotel' exceeded its deadline (budget N ms) — rolled back: BookFlight; "
+    "nothing to undo: ReserveHotel",
 )
 
 

@@ -62,7 +62,7 @@ async def test_an_in_doubt_step_that_never_acted_is_recorded_as_nothing_to_undo(
     ]
     trace = [re.sub(r"\d+\.\d+ ms", "N ms", describe(e)) for e in capture]  # timings vary
     assert trace == [
-        "saga saga started: flight -> hotel (no deadline)",
+        "saga started: flight -> hotel (no deadline)",
         "  -> flight.execute()",
         "  <- flight ok (N ms)",
         "  -> hotel.execute()",
@@ -71,11 +71,12 @@ async def test_an_in_doubt_step_that_never_acted_is_recorded_as_nothing_to_undo(
         "  ~> hotel nothing to undo (N ms)",
         "  <~ flight.compensate()",
         "  ~> flight undone (N ms)",
-        "saga saga rolled back in N ms: no answer — rolled back: hotel, flight",
+        "saga rolled back in N ms: no answer — rolled back: flight; nothing to undo: hotel",
     ]
     report = raised.value.report
     assert report.compensated == ("hotel", "flight")
-    assert str(raised.value) == "saga 'saga': no answer — rolled back: hotel, flight"
+    assert report.found_nothing == ("hotel",)
+    assert str(raised.value) == "saga 'saga': no answer — rolled back: flight; nothing to undo: hotel"
 
 
 async def test_the_flag_is_set_on_the_attempt_that_found_nothing_after_a_failed_one() -> None:

@@ -95,7 +95,7 @@ def journal_as_stored_and_listed(folder: Path, run_id: str) -> str:
     """The journal's files as bytes on disk, and what ``aegis-nb runs --run`` prints of the run."""
     listed = aegis_nb("runs", "--journal", str(folder / "runs.db"), "--run", run_id)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.startswith("saga saga started: ")  # the run's events, one line each
+    assert listed.stdout.startswith("saga started: ")  # the run's events, one line each
     raw = b"".join(p.read_bytes() for p in folder.iterdir() if p.name.startswith("runs.db"))
     return listed.stdout + listed.stderr + raw.decode("utf-8", "replace")
 

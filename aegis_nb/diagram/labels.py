@@ -8,6 +8,8 @@ same visible escapes instead of control characters.
 
 from __future__ import annotations
 
+import re
+
 from aegis_nb.diagram.model import Group, LaneState, Message, MessageKind, SequenceModel
 from aegis_nb.kernel import phrases
 from aegis_nb.kernel.printable import printable, printable_line
@@ -143,8 +145,22 @@ def headline(model: SequenceModel) -> str:
     parts = [steps, duration(model.elapsed)]
     if model.has_deadline:
         parts.append(f"{phrases.DEADLINE} {duration(model.deadline - model.started)}")
-    parts.append(f"run {printable(model.run_id[:8])}")  # a caller may choose the run id
+    parts.append(f"run {run_label(model.run_id)}")
     return " · ".join(parts)
+
+
+_GENERATED_RUN_ID = re.compile(r"[0-9a-f]{32}")
+RUN_ID_SHOWN = 40
+"""The most of a caller's run id a headline shows (a workflow id, a handle) before eliding it."""
+
+
+def run_label(run_id: str) -> str:
+    """A generated run id cut to 8 hex digits (as git cuts hashes); a caller's own id (a Temporal
+    workflow id such as ``trip-lisbon-1``) whole, as it has no shorter form that still names the run."""
+    if _GENERATED_RUN_ID.fullmatch(run_id):
+        return run_id[:8]
+    shown = printable(run_id)
+    return shown if len(shown) <= RUN_ID_SHOWN else shown[: RUN_ID_SHOWN - 1] + "…"
 
 
 def cause_line(model: SequenceModel) -> str | None:

@@ -91,6 +91,9 @@ class SagaReport:
     cause: ErrorInfo | None = None
     compensated: tuple[str, ...] = ()
     compensation_failures: tuple[CompensationFailure, ...] = ()
+    found_nothing: tuple[str, ...] = ()
+    """The compensated steps whose undo found nothing to undo (their step had not acted): listed
+    apart in `summary`, which must not say they were rolled back. Not in `to_json` (the MCP shape)."""
 
     @property
     def left_standing(self) -> tuple[str, ...]:
@@ -105,18 +108,30 @@ class SagaReport:
         """
         # Names and error text are untrusted (an upstream tool's message): shown, never obeyed.
         if self.status is SagaStatus.COMMITTED:
-            return f"{phrases.COMMITTED}: {phrases.listed(self.steps, at_most)}"
+            # What stands: a step that failed and was retried (``charge_card#2``) is not committed.
+            return f"{phrases.COMMITTED}: {phrases.listed(self.succeeded, at_most)}"
         reason = str(self.cause) if self.cause is not None else phrases.FAILED
-        undone = phrases.listed(self.compensated, at_most) or phrases.NOTHING_TO_UNDO
+        undone = self._undone(at_most)
         if not self.compensation_failures:
-            return f"{reason} — {phrases.ROLLED_BACK}: {undone}"
+            return f"{reason} — {undone}"
         shown = self.compensation_failures[:at_most]
         standing = "; ".join(
             f"{printable_line(f.step)} ({f.error}, after {counted(f.attempts, 'attempt')})" for f in shown
         )
         if len(shown) < len(self.compensation_failures):
             standing += f"; and {len(self.compensation_failures) - len(shown)} more"
-        return f"{reason} — {phrases.COULD_NOT_UNDO}: {standing} — {phrases.ROLLED_BACK}: {undone}"
+        return f"{reason} — {phrases.COULD_NOT_UNDO}: {standing} — {undone}"
+
+    def _undone(self, at_most: int | None) -> str:
+        """``rolled back: A, B`` and, apart, the steps whose undo found nothing to undo."""
+        nothing = set(self.found_nothing)
+        undone = phrases.listed([s for s in self.compensated if s not in nothing], at_most)
+        found = phrases.listed([s for s in self.compensated if s in nothing], at_most)
+        if undone and found:
+            return f"{phrases.ROLLED_BACK}: {undone}; {phrases.NOTHING_TO_UNDO}: {found}"
+        if found:
+            return f"{phrases.ROLLED_BACK}, {phrases.NOTHING_TO_UNDO}: {found}"
+        return f"{phrases.ROLLED_BACK}: {undone or phrases.NOTHING_TO_UNDO}"
 
     def to_json(self) -> dict[str, object]:
         """The report as JSON data (for MCP structured content and journals).

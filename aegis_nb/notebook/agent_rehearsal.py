@@ -24,10 +24,15 @@ from typing import Any, Final
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
+from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.mock.agency import TravelAgency
 from aegis_nb.mock.faults import FaultPlan, ToolFaults
 from aegis_nb.mock.ledger import LedgerState
+from aegis_nb.notebook.rehearsal_view import ledger_words, outcome_word
 from aegis_nb.notebook.trip_agent import Seen, TripAgent
+
+HEADER: Final = ("scenario", "outcome", "ledger after")
+"""The columns, named as ``%aegis_rehearse``'s table names them."""
 
 BOOKING_TOOLS: Final = ("book_flight", "reserve_hotel", "charge_card")
 """The tools the trip agent calls inside its saga, in order: each is faulted in turn."""
@@ -57,6 +62,8 @@ class AgentScenario:
     left_live: tuple[str, ...]
     """Booking and charge ids left live that the saga's end did not keep (empty when clean)."""
     answer: str
+    ledger: LedgerState
+    """The agency's ledger after the run."""
 
     @property
     def clean(self) -> bool:
@@ -67,8 +74,10 @@ class AgentScenario:
         return "clean run" if self.tool is None else f"{self.tool} {self.fault.value}"
 
     def row(self) -> tuple[str, str, str]:
-        verdict = "clean" if self.clean else "left live: " + ", ".join(self.left_live)
-        return self.label, self.status, verdict
+        """Scenario, outcome, ledger after: in the words of ``%aegis_rehearse``'s table."""
+        status = _status(self.status)
+        outcome = self.status if status is None else outcome_word(status)
+        return self.label, outcome, ledger_words(status, self.ledger, self.left_live)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +91,7 @@ class AgentRehearsal:
         return all(s.clean for s in self.scenarios)
 
     def __str__(self) -> str:
-        rows = [("scenario", "saga ended", "ledger"), *(s.row() for s in self.scenarios)]
+        rows = [HEADER, *(s.row() for s in self.scenarios)]
         widths = [max(len(row[i]) for row in rows) for i in range(2)]
         return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}".rstrip() for a, b, c in rows)
 
@@ -91,7 +100,7 @@ class AgentRehearsal:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        head = "<tr><th>scenario</th><th>saga ended</th><th>ledger</th></tr>"
+        head = "<tr>" + "".join(f"<th>{cell}</th>" for cell in HEADER) + "</tr>"
         body = "".join(
             "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in s.row()) + "</tr>" for s in self.scenarios
         )
@@ -137,7 +146,16 @@ async def _scenario(
         # The agent may stop without ending the saga: ask how it stands (open, or how it ended).
         final = await call("saga_status", {"saga": handle}) if handle is not None else None
     status = str(final.content.get("status")) if final is not None and final.ok else "never begun"
-    return AgentScenario(tool, fault, status, _left_live(agency.state(), status), answer.text)
+    state = agency.state()
+    return AgentScenario(tool, fault, status, _left_live(state, status), answer.text, state)
+
+
+def _status(text: str) -> SagaStatus | None:
+    """The status ``saga_status`` named (None for an answer that is not one: ``never begun``)."""
+    try:
+        return SagaStatus(text)
+    except ValueError:
+        return None
 
 
 def _left_live(state: LedgerState, status: str) -> tuple[str, ...]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from html import escape
 
+from aegis_nb.diagram.labels import status_word
 from aegis_nb.kernel.report import SagaStatus
 from aegis_nb.kernel.text import replace_surrogates
+from aegis_nb.mock.ledger import LedgerState
 from aegis_nb.mock.ledgertext import ledger_summary
 from aegis_nb.notebook.rehearsal import Mark, Rehearsal, ScenarioResult
 
@@ -31,13 +33,19 @@ _SYMBOL = {
     Mark.LEFT_LIVE: "!!",
     Mark.UNDO_FAILED: "↶✗",
 }
-_STATUS_WORDS = {
-    SagaStatus.COMMITTED: "committed",
-    SagaStatus.ROLLED_BACK: "rolled back",
-    SagaStatus.STUCK: "STUCK",
-    SagaStatus.RUNNING: "running",
-    SagaStatus.COMPENSATING: "rolling back",
-}
+
+
+def outcome_word(status: SagaStatus) -> str:
+    """How a rehearsal's outcome column words a run's end: the diagrams' words, STUCK shouted."""
+    word = status_word(status)
+    return word.upper() if status is SagaStatus.STUCK else word
+
+
+def ledger_words(status: SagaStatus | None, ledger: LedgerState, leftovers: tuple[str, ...]) -> str:
+    """The ledger after a scenario: what a committed run holds, else ``clean`` or what it left live."""
+    if status is SagaStatus.COMMITTED:
+        return ledger_summary(ledger)
+    return "clean" if not leftovers else f"LEFT LIVE: {', '.join(leftovers)}"
 
 
 def verdict(rehearsal: Rehearsal) -> str:
@@ -67,9 +75,7 @@ def _mark_colour(mark: Mark) -> str:
 def _ledger_text(result: ScenarioResult) -> str:
     if result.ledger is None:
         return "—"
-    if result.status is SagaStatus.COMMITTED:
-        return ledger_summary(result.ledger)
-    return "clean" if not result.leftovers else f"LEFT LIVE: {', '.join(result.leftovers)}"
+    return ledger_words(result.status, result.ledger, result.leftovers)
 
 
 def render_text(rehearsal: Rehearsal) -> str:
@@ -85,7 +91,7 @@ def render_text(rehearsal: Rehearsal) -> str:
     for result in rehearsal.results:
         row = [result.scenario.label]
         row += [f"{_SYMBOL[outcome.mark]} {outcome.text}" for outcome in result.steps]
-        row.append(_STATUS_WORDS[result.status])
+        row.append(outcome_word(result.status))
         if rehearsal.with_ledger:
             row.append(_ledger_text(result))
         rows.append(row)
@@ -130,7 +136,7 @@ def render_html(rehearsal: Rehearsal) -> str:
     for result in rehearsal.results:
         cells = [_cell(result.scenario.label, GREEN if result.safe else RED, bold=True)]
         status_colour = {SagaStatus.COMMITTED: GREEN, SagaStatus.ROLLED_BACK: GREEN}.get(result.status, RED)
-        cells.append(_cell(_STATUS_WORDS[result.status], status_colour))
+        cells.append(_cell(outcome_word(result.status), status_colour))
         if rehearsal.with_ledger:
             cells.append(_cell(_ledger_text(result), RED if result.leftovers else GREEN))
         for outcome in result.steps:

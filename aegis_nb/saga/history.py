@@ -44,6 +44,7 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
     kind: FailureKind | None = None
     cause: ErrorInfo | None = None
     compensated: list[str] = []
+    found_nothing: list[str] = []
     failures: list[CompensationFailure] = []
     for event in events:
         match event:
@@ -67,6 +68,8 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
                 status = SagaStatus.COMPENSATING
             case CompensationSucceeded():
                 compensated.append(event.step)
+                if event.nothing_to_undo:
+                    found_nothing.append(event.step)
                 status = SagaStatus.COMPENSATING
             case CompensationFailed(will_retry=False):
                 failures.append(CompensationFailure(event.step, event.attempt, event.error))
@@ -90,4 +93,5 @@ def fold_report(events: Iterable[SagaEvent]) -> SagaReport:
         cause=cause,
         compensated=tuple(compensated),
         compensation_failures=tuple(failures),
+        found_nothing=tuple(found_nothing),
     )

@@ -43,6 +43,11 @@ def _flat(text: object) -> str:
     return printable_line(str(text))
 
 
+def _saga(name: str) -> str:
+    """``saga trip``; a saga left with the default name, ``saga``, is not called ``saga saga``."""
+    return "saga" if name == "saga" else f"saga {_flat(name)}"
+
+
 def _step(event: StepEvent) -> str:
     """The step's name, after its place in its parallel group if it is a member."""
     name = _flat(event.step)
@@ -58,7 +63,7 @@ def describe(event: SagaEvent) -> str:
             limit = phrases.NO_DEADLINE if event.deadline == math.inf else phrases.DEADLINE_SET
             # A dynamic saga's steps are added as it runs: none is known yet.
             steps = " -> ".join(map(_flat, event.steps)) or "steps added as it runs"
-            return f"saga {_flat(event.saga)} {phrases.STARTED}: {steps} ({limit})"
+            return f"{_saga(event.saga)} {phrases.STARTED}: {steps} ({limit})"
         case StepStarted():
             return f"  -> {_step(event)}.{phrases.EXECUTE}"
         case StepSucceeded():
@@ -80,14 +85,14 @@ def describe(event: SagaEvent) -> str:
             failed = phrases.COMPENSATION_FAILED
             return f"  !! {_step(event)} {failed}: {_flat(event.error)} ({then})"
         case SagaCommitted():
-            return f"saga {_flat(event.saga)} {phrases.COMMITTED} in {_ms(event.duration)}"
+            return f"{_saga(event.saga)} {phrases.COMMITTED} in {_ms(event.duration)}"
         case SagaRolledBackEvent():
             # A rollback the saga's code asked for is marked so; its reason leads the summary.
             asked = event.report.failure_kind is FailureKind.REQUESTED
             how = f" ({FailureKind.REQUESTED.value})" if asked else ""
             summary = _flat(event.report.summary())
-            return f"saga {_flat(event.saga)} {phrases.ROLLED_BACK}{how} in {_ms(event.duration)}: {summary}"
+            return f"{_saga(event.saga)} {phrases.ROLLED_BACK}{how} in {_ms(event.duration)}: {summary}"
         case SagaStuck():
             summary = _flat(event.report.summary())
-            return f"saga {_flat(event.saga)} {phrases.STUCK.upper()} after {_ms(event.duration)}: {summary}"
+            return f"{_saga(event.saga)} {phrases.STUCK.upper()} after {_ms(event.duration)}: {summary}"
     raise TypeError(f"not a saga event: {event!r}")  # pragma: no cover

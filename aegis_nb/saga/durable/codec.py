@@ -244,6 +244,10 @@ def report_from_json(data: object) -> SagaReport:
                 )
                 for f in _list(obj.get("compensation_failures"), "report compensation_failures")
             ),
+            found_nothing=tuple(
+                _str(s, "report found_nothing")
+                for s in _list(obj.get("found_nothing", []), "report found_nothing")
+            ),
         )
     except ValueError as exc:
         if isinstance(exc, RecordError):
@@ -283,6 +287,8 @@ def report_to_json(report: SagaReport) -> dict[str, object]:
     for failure, item in zip(report.compensation_failures, failures, strict=True):
         if failure.error.refused:
             item["error"] = _error_to_json(failure.error)
+    if report.found_nothing:  # written only when some undo found nothing: older journals read the same
+        data["found_nothing"] = list(report.found_nothing)
     return data
 
 
