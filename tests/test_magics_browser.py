@@ -99,9 +99,13 @@ def test_run_all_waits_for_the_saga_and_the_explorer_runs_on_a_button_press(
             # The cell after the saga ran only once the saga had rolled back.
             expect(cells.nth(4).locator(".jp-OutputArea-output")).to_have_text("after the saga: rolled_back")
             expect(cells.nth(3).locator(".aegis-static img")).to_have_count(1)
+            # The rollback's one line is plain output, not a pink stderr block.
             expect(
                 cells.nth(3).locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-            ).to_have_text("SagaRolledBack: saga 'trip': Declined — rolled back: BookFlight")
+            ).to_have_count(0)
+            expect(
+                cells.nth(3).locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stdout']")
+            ).to_have_text("Declined — rolled back: BookFlight · SagaRolledBack in aegis_last_error")
 
             # A background saga: its cell returned at once; a later cell let it finish, and its live
             # output was then swapped, in place, for the static diagram.

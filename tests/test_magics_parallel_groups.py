@@ -111,7 +111,12 @@ def test_fail_picks_a_member_and_the_group_is_undone_with_the_steps_before_it(
         "ChargeCard",
         ["BookFlight", "ReserveHotel"],
     )
-    assert capsys.readouterr().out == "travel ledger unchanged: empty\n"
+    ledger, outcome = capsys.readouterr().out.splitlines()
+    assert ledger == "travel ledger unchanged: empty"
+    undone = ", ".join(report.compensated[1:])
+    assert outcome == (
+        f"declined — rolled back: {undone}; nothing to undo: ChargeCard · SagaRolledBack in aegis_last_error"
+    )
 
 
 def test_a_variable_bound_to_a_parallel_group_runs_as_one_with_its_compensation_order(
@@ -131,9 +136,10 @@ def test_a_variable_bound_to_a_parallel_group_runs_as_one_with_its_compensation_
     assert sorted(groups) == [("BookFlight", 0), ("ChargeCard", None), ("ReserveHotel", 0)]
     # Newest start first: the hotel (started second) is undone before the flight.
     assert run.report.compensated == ("ChargeCard", "ReserveHotel", "BookFlight")
-    assert capsys.readouterr().err == (
-        "SagaRolledBack: saga 'trip': ChargeCard failed (injected by --fail) — rolled back: ChargeCard, "
-        "ReserveHotel, BookFlight\n"
+    assert capsys.readouterr().out == (
+        "travel ledger unchanged: empty\n"
+        "ChargeCard failed (injected by --fail) — rolled back: ReserveHotel, BookFlight; "
+        "nothing to undo: ChargeCard · SagaRolledBack in aegis_last_error\n"
     )
 
 

@@ -101,7 +101,9 @@ def test_fail_picks_one_use_of_a_repeated_step_by_its_diagram_name(
         "Fly#2",
         ("Fly#1",),
     )
-    assert capsys.readouterr().err == "SagaRolledBack: saga 'hop': no seats to Porto — rolled back: Fly#1\n"
+    assert capsys.readouterr().out.endswith(
+        "no seats to Porto — rolled back: Fly#1 · SagaRolledBack in aegis_last_error\n"
+    )
     # The line form too, with a latency on the first use only and the deadline between the two.
     ok(agency_shell, "%aegis_saga Pay Pay --latency Pay#1=0 --latency Pay#2=5 --deadline 0.05 -o slow")
     report = agency_shell.user_ns["slow"].report

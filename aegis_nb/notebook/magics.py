@@ -30,7 +30,7 @@ from aegis_nb.notebook.options import (
     parse_step_options,
 )
 from aegis_nb.notebook.plan import SagaPlan, parse_plan
-from aegis_nb.notebook.runner import DEFAULT_SAGA_NAME, RunSettings, SagaRunner, print_outcome, start_context
+from aegis_nb.notebook.runner import DEFAULT_SAGA_NAME, RunSettings, SagaRunner, show_outcome, start_context
 from aegis_nb.notebook.runningcell import RunningCell, RunningCellSurface
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.outcome import SagaRun
@@ -91,7 +91,10 @@ class AegisMagics(Magics):
         only the second use (``--fail Fly`` names every use).
 
         In a notebook the magic blocks its cell until the saga ends; where it cannot (inside a
-        function or another magic), use ``--background`` and await the returned run.
+        function or another magic), use ``--background`` and await the returned run. A saga that
+        rolls back shows its diagram and one line, not a traceback; its error is bound to
+        ``aegis_last_error`` (and to ``-o VAR``'s run). A step whose code is broken (a `NameError`,
+        a `TypeError`...) still fails the cell after the rollback.
         """
         options, plan, settings = self._prepare(line, cell)
         # Neither form waits for a saga, so neither needs a loop of its own (`x = %aegis_saga ...`
@@ -130,7 +133,7 @@ class AegisMagics(Magics):
         if outcome.ledger is not None:
             print(outcome.ledger, flush=True)
         bind(outcome.run)
-        print_outcome(outcome.run)
+        show_outcome(outcome.run, self.namespace)
         return None
 
     def _explorer(self, plan: SagaPlan, settings: RunSettings, output: str | None) -> SagaExplorer:

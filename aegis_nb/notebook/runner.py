@@ -7,7 +7,6 @@ its diagram goes.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, MutableMapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -170,14 +169,43 @@ class Outcome:
     ledger: str | None = None
 
 
+LAST_ERROR = "aegis_last_error"
+"""The variable a blocking ``%aegis_saga`` binds to its run's error (None when it committed)."""
+
+BUGS: tuple[type[BaseException], ...] = (NameError, AttributeError, TypeError, ImportError, SyntaxError)
+"""Failures that say a step's code is wrong, not that the world said no: raised, traceback and all."""
+
+
 def outcome_line(run: SagaRun) -> str | None:
-    """The rollback error as one readable line (``SagaRolledBack: saga 'x': ...``); None on success."""
+    """One plain line for a run that did not commit: what it did, and where its error went; None on success.
+
+    ``Card Declined! — rolled back: BookFlight · SagaRolledBack in aegis_last_error``
+    """
     if run.error is None:
         return None
-    return f"{type(run.error).__name__}: {run.error}"
+    return f"{run.report.summary()} · {type(run.error).__name__} in {LAST_ERROR}"
 
 
-def print_outcome(run: SagaRun) -> None:
+def is_bug(run: SagaRun) -> bool:
+    """Did the run fail because a step's code (or an undo's) is broken, e.g. a `NameError`?
+
+    The rollback still ran; the cell should still fail, so the mistake shows where it is. An undo's
+    error is known here by its type's name only (the report keeps no exception objects).
+    """
+    if run.error is None:
+        return False
+    if isinstance(run.error.__cause__, BUGS):
+        return True
+    names = {bug.__name__ for bug in BUGS} | {"UnboundLocalError", "ModuleNotFoundError"}
+    return any(failure.error.type in names for failure in run.report.compensation_failures)
+
+
+def show_outcome(run: SagaRun, namespace: MutableMapping[str, Any]) -> None:
+    """Under a blocking saga's diagram: bind its error to `LAST_ERROR` and say in one line how it
+    ended (stdout: a rollback the notebook asked for is not a crash); raise it if it was a bug."""
+    namespace[LAST_ERROR] = run.error
+    if run.error is not None and is_bug(run):
+        raise run.error
     line = outcome_line(run)
     if line is not None:
-        print(line, file=sys.stderr, flush=True)
+        print(line, flush=True)
