@@ -5,13 +5,14 @@ arrows and their replies, a red rollback box holding the `compensate()` arrows, 
 coloured by outcome. Same model, same bytes: no clock, no randomness, no global counter. Element ids
 derive from the run id and the number of events, so several diagrams inlined in one page never
 share an id; names and error text are escaped, and made valid XML text with their control
-characters shown as escapes (see `esc`). An arrow label too long for its arrow goes on to a second
-line at a " · " or " (budget" boundary, its row a line taller (`_Drawing._label`). Huge runs are
-folded by `layout`.
+characters shown as escapes (see `esc`). No label sits on an activation bar: an arrow label goes
+in the gap between the bars its arrow crosses, on a second line at a " · " or " (budget" boundary
+if it must, beyond the arrow's end or wrapped by words if it is longer still, its row taller
+(`_Drawing._label`). Huge runs are folded by `layout`.
 
-A parallel group's members, adjacent lanes, stand side by side inside one labelled frame
-(``∥ parallel · steps 2–3``) from their heads down; each run of the group's rows is framed too, as
-Mermaid frames a ``par`` block, tabbed ``par`` (or ``one at a time`` for members undone one by one).
+A parallel group's members, adjacent lanes, have their heads inside one labelled frame
+(``∥ parallel · steps 2–3``); each run of the group's rows is framed, as Mermaid frames a ``par``
+block, tabbed ``par`` (or ``one at a time`` for members undone one by one), so no two frames cross.
 A rollback the saga's code asked for is stated under the headline, in the rollback's colour, not
 as an error.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 import re
 from dataclasses import dataclass
 from html import escape
@@ -100,6 +102,8 @@ NOTE_H = 38
 FOOT_LINE_H = 18  # the summary under the drawing wraps onto up to FOOT_LINES lines
 FOOT_LINES = 3
 MIN_LANE_W = 140
+CAPTION_SIZE = 11.0  # a lane head's state line, e.g. "1 · ✓ done"
+CAPTION_MIN_SIZE = 9.5
 MAX_LANE_W = 200
 MIN_WIDTH = 600
 FEET_AFTER_ROWS = 16  # taller diagrams repeat the lane heads at the bottom, as mermaid does
@@ -114,6 +118,7 @@ LABEL_LINE_H = 15  # a wrapped arrow label's second line, added to its row's hei
 LABEL_INSET = 10  # room an arrow label leaves at each end of its arrow, clear of the activation bars
 LABEL_SIZE = 12.5
 LABEL_CHARS = 110  # the most characters a line of an arrow label shows, however long its arrow
+LABEL_LINES = 4  # the most lines a label wrapped by words takes (a long error on a short arrow)
 # Where a label too long for its arrow may go on to a second line, and how many characters of the
 # mark the break drops: "ok · 10.0 ms" loses its " · ", "(budget 90.0 ms)" keeps its bracket.
 LABEL_BREAKS = ((" · ", 3), (f" ({phrases.BUDGET} ", 1))
@@ -153,6 +158,21 @@ def breaks(text: str) -> tuple[tuple[str, str], ...]:
 
 def _extra_height(label: ArrowLabel | None) -> int:
     return 0 if label is None else LABEL_LINE_H * (len(label.lines) - 1)
+
+
+def _open_bars(rows: tuple[Row, ...]) -> tuple[frozenset[int], ...]:
+    """For each row, the lanes whose activation bar runs through its label: called in an earlier
+    row and answered in this row or later (the bar starts at its call's arrow, under that label)."""
+    open_lanes: set[int] = set()
+    found = []
+    for row in rows:
+        found.append(frozenset(open_lanes))
+        if row.kind is RowKind.MESSAGE and row.message is not None and row.lane is not None:
+            if row.message.kind.is_call:
+                open_lanes.add(row.lane)
+            else:
+                open_lanes.discard(row.lane)
+    return tuple(found)
 
 
 def esc(text: str) -> str:
@@ -203,7 +223,10 @@ class _Drawing:
         self.width = max(MIN_WIDTH, 2 * PAD + GUTTER + len(self.plan.lanes) * self.lane_w)
         self.wide = len(self.plan.lanes) > WIDE_LANES
         # Each arrow's label is set first: one that wraps makes its row a line taller.
-        self.labels = tuple(self._label(row) for row in self.plan.rows)
+        self.open_bars = _open_bars(self.plan.rows)
+        self.labels = tuple(
+            self._label(row, bars) for row, bars in zip(self.plan.rows, self.open_bars, strict=True)
+        )
         self.row_tops: list[int] = []
         y = self.rows_top
         for row, label in zip(self.plan.rows, self.labels, strict=True):
@@ -223,47 +246,68 @@ class _Drawing:
         """The y of row `index`'s arrow: its row's foot, under a label of one line or two."""
         return self.row_tops[index] + ROW_H - 10 + _extra_height(self.labels[index])
 
-    def _label(self, row: Row) -> ArrowLabel | None:
-        """How a message row's label is set: over its arrow on one line, else on two at a `breaks` boundary.
+    def _label(self, row: Row, bars: frozenset[int]) -> ArrowLabel | None:
+        """How a message row's label is set: over its arrow, clear of every activation bar.
 
-        Only a label too long for its arrow even on two lines (a long error) is set from the engine
-        rightwards, over the lanes beyond, and cut where the drawing ends (the row's tooltip holds it
-        all). Growing the drawing instead would make a live view jump wider when a failure arrives,
-        and shrink an explorer pane's picture to make room.
+        The arrow is cut into gaps by the bars open on the lanes it crosses (`bars`, e.g. a group
+        member still running while the next one is called); the label goes in the gap nearest the
+        arrow's end where it fits, on one line, else on two at a `breaks` boundary. Failing that
+        (a long error on a short arrow), it goes beyond the arrow's end, right of the step's bar, up
+        to the next open bar or the drawing's edge, if it fits there so. Otherwise it is wrapped by
+        words in the widest of those gaps on up to `LABEL_LINES` lines, the last cut with an
+        ellipsis (the row's tooltip holds it all). It never crosses a bar: the drawing does not
+        grow to make room either, or a live view would jump wider when a failure arrives.
         """
         message = row.message
         if row.kind is not RowKind.MESSAGE or message is None or row.lane is None:
             return None
         kind = message.kind
         bold = kind in (MessageKind.FAILED, MessageKind.TIMED_OUT)
-        text = labels.message_label(message)
+        text = labels.clip(labels.message_label(message), 2 * LABEL_CHARS)
         if self.wide:
-            text = f"{printable_line(self.model.steps[message.step])}: {text}"
-        # Clipped twice: the whole text bounds the work on a long error, each line what is shown.
-        text = labels.clip(text, 2 * LABEL_CHARS)
-        x0, x1 = self.x(0) + 6, self.x(row.lane) - 6
-        room = x1 - x0 - 2 * LABEL_INSET
+            text = labels.clip(f"{printable_line(self.model.steps[message.step])}: {text}", 2 * LABEL_CHARS)
 
         def width(line: str) -> float:
             return text_width(line, LABEL_SIZE, bold=bold)
 
+        def set_in(room: float) -> tuple[str, ...] | None:
+            """On one line, or two at the most even boundary, if `text` fits `room` so."""
+            if width(one[0]) <= room:
+                return one
+            fitting = [pair for pair in splits if max(map(width, pair)) <= room]
+            return fitting[0] if fitting else None
+
         one = (labels.clip(text, LABEL_CHARS),)
         # The most even split first: it leaves the most room either side.
-        splits = sorted(breaks(text), key=lambda pair: max(map(width, pair)))
-        fitting = [
-            pair for pair in splits if max(map(width, pair)) <= room and max(map(len, pair)) <= LABEL_CHARS
+        splits = sorted(
+            (pair for pair in breaks(text) if max(map(len, pair)) <= LABEL_CHARS),
+            key=lambda pair: max(map(width, pair)),
+        )
+        ends = [0, *sorted(lane for lane in bars if 0 < lane < row.lane), row.lane]
+        gaps = [
+            (self.x(a) + 6 + LABEL_INSET, self.x(b) - 6 - LABEL_INSET) for a, b in itertools.pairwise(ends)
         ]
-        if width(one[0]) <= room or fitting:
-            lines = one if width(one[0]) <= room else fitting[0]
-            if self.wide:
-                # Readable where the arrow ends, however far right that is.
-                return ArrowLabel(lines, Anchor.END, x1 - LABEL_INSET, bold)
-            return ArrowLabel(lines, Anchor.MIDDLE, (x0 + x1) / 2, bold)
-        at = x0 + 8
-        room = self.width - PAD - 6 - at
-        lines = splits[0] if splits else one
-        shown = (fit(labels.clip(line, LABEL_CHARS), room, LABEL_SIZE, bold=bold) for line in lines)
-        return ArrowLabel(tuple(shown), Anchor.START, at, bold)
+        for left, right in reversed(gaps):
+            lines = set_in(right - left)
+            if lines is not None:
+                return self._placed(lines, left, right, bold)
+        after = [lane for lane in bars if lane > row.lane]
+        stop = self.x(min(after)) - 6 - LABEL_INSET if after else self.width - PAD - 6
+        beyond = (self.x(row.lane) + 6 + LABEL_INSET, stop)
+        lines = set_in(beyond[1] - beyond[0])
+        if lines is not None:
+            return ArrowLabel(lines, Anchor.START, beyond[0], bold)
+        left, right = max([*gaps, beyond], key=lambda gap: gap[1] - gap[0])
+        lines = wrap(text, max(right - left, 1.0), LABEL_SIZE, bold=bold, max_lines=LABEL_LINES)
+        if (left, right) == beyond:
+            return ArrowLabel(lines, Anchor.START, left, bold)
+        return self._placed(lines, left, right, bold)
+
+    def _placed(self, lines: tuple[str, ...], left: float, right: float, bold: bool) -> ArrowLabel:
+        if self.wide:
+            # Readable where the gap ends, however far right that is.
+            return ArrowLabel(lines, Anchor.END, right, bold)
+        return ArrowLabel(lines, Anchor.MIDDLE, (left + right) / 2, bold)
 
     def _lane_name(self, lane: Lane) -> str:
         if lane.kind is LaneKind.ENGINE:
@@ -346,7 +390,8 @@ class _Drawing:
         return (drawn[0], drawn[-1]) if drawn else None
 
     def _group_frames(self) -> list[str]:
-        """Behind the lifelines: a labelled frame around each group's lanes, heads to bottom."""
+        """Behind the lifelines: a labelled frame around each group's lane heads. The rows are framed
+        by their runs (`_span_frame`); a frame from heads to bottom would cross those."""
         out: list[str] = []
         for group in self.model.groups:
             lanes = self._group_lanes(group)
@@ -355,12 +400,13 @@ class _Drawing:
             left = self.x(lanes[0]) - self.lane_w / 2 + 3
             right = self.x(lanes[1]) + self.lane_w / 2 - 3
             top = self.head_top - GROUP_BAND
+            height = self.head_top + HEAD_H + 6 - top
             label = labels.group_label(group)
             shown = fit(label, right - left - 16, 11, bold=True)
             out.append(
                 f'<g class="aegis-group" data-start="{group.start}" data-size="{group.size}">'
                 f"<title>{esc(label)}</title>"
-                f'<rect x="{left:.1f}" y="{top}" width="{right - left:.1f}" height="{self.bottom - top + 4}" '
+                f'<rect x="{left:.1f}" y="{top}" width="{right - left:.1f}" height="{height}" '
                 f'rx="10" fill="#f1f5f9" fill-opacity="0.7" stroke="{GROUP_STROKE}" stroke-width="1.2" '
                 f'stroke-dasharray="6 3"/><text x="{left + 8:.1f}" y="{top + 14}" font-size="11" '
                 f'font-weight="700" fill="{GROUP_INK}">{esc(shown)}</text></g>'
@@ -416,6 +462,10 @@ class _Drawing:
             look = LANE_LOOKS[lane.state]
             fill, stroke, ink, ink2 = look.fill, look.stroke, look.ink, look.caption_ink
             caption = f"{lane.first + 1} · {labels.lane_caption(lane.state)}"
+        # A long caption (``2 · ↩ nothing to undo``) is set smaller to stay inside its head.
+        fitting = CAPTION_SIZE * (w - 20) / text_width(caption, CAPTION_SIZE)
+        caption_size = round(max(CAPTION_MIN_SIZE, min(CAPTION_SIZE, fitting)), 1)
+        caption = fit(caption, w - 20, caption_size)
         border = ' stroke-dasharray="4 3"' if lane.kind is LaneKind.FOLD else ""
         state = f' data-state="{lane.state.name.lower()}"' if lane.state is not None else ""
         return (
@@ -424,7 +474,8 @@ class _Drawing:
             f'stroke="{stroke}" stroke-width="1.5"{border}/>'
             f'<text x="{cx:.1f}" y="{top + 19}" font-size="12.5" font-weight="700" fill="{ink}" '
             f'text-anchor="middle">{esc(shown)}</text>'
-            f'<text x="{cx:.1f}" y="{top + 36}" font-size="11" fill="{ink2}" text-anchor="middle">'
+            f'<text x="{cx:.1f}" y="{top + 36}" font-size="{caption_size:g}" fill="{ink2}" '
+            'text-anchor="middle">'
             f"{esc(caption)}</text></g>"
         )
 
