@@ -222,3 +222,42 @@ async def test_a_dynamic_saga_is_refused_by_the_runner_with_the_reason(client: C
         "and a dynamic saga's steps are decided by the caller's code as it runs; run a list saga "
         "(with parallel groups if need be), or the dynamic saga on a WorkflowEngine"
     )
+
+
+class UsesUpTheTime(Recorded):
+    """Succeeds, but hands on a context with no time left."""
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        result = await super().execute(ctx)
+        return result.with_timeout(0)
+
+
+async def test_a_member_whose_sibling_failed_before_it_began_never_starts_as_in_the_engine(
+    client: Client,
+) -> None:
+    # The card is refused (no time left) when its turn comes: the group has failed before the
+    # hotel's turn, so the hotel never starts, in doubt or not. Both drivers ask `rules.member_starts`.
+    def build() -> tuple[list[object], list[object]]:
+        calls = Calls()
+        flight = UsesUpTheTime("flight", calls)
+        card = Recorded("card", calls, in_doubt=True)
+        hotel = Recorded("hotel", calls, in_doubt=True)
+        return [flight, parallel(card, hotel)], flat(flight, card, hotel)
+
+    with anyio.fail_after(30):
+        local, remote = await both_ways(client, build)
+    outcome = remote.report.cause
+    assert outcome is not None
+    assert outcome.message.startswith("step 'card' had no time left: the deadline passed ")
+    assert outcome.message.endswith(" ms before it started; it was not run")
+    # How late the card was is all that differs (workflow time is coarser than the loop clock).
+    assert settled(remote.events)[:-1] == settled(local.events)[:-1]
+    assert remote.report == dataclasses.replace(local.report, run_id=remote.run_id, cause=outcome)
+    assert [outline(e) for e in remote.events] == [
+        ("SagaStarted",),
+        ("StepStarted", "flight"),
+        ("StepSucceeded", "flight"),
+        ("CompensationStarted", "flight"),
+        ("CompensationSucceeded", "flight"),
+        ("SagaRolledBackEvent",),
+    ]

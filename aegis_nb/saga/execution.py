@@ -23,42 +23,34 @@ from typing import TypeAlias
 import anyio
 
 from aegis_nb.kernel.context import AegisContext
-from aegis_nb.kernel.errors import (
-    SagaCompensationFailed,
-    SagaFailed,
-    SagaRolledBack,
-    StepResultError,
-    ToolTimeoutError,
-)
+from aegis_nb.kernel.errors import SagaCompensationFailed, SagaFailed, SagaRolledBack, ToolTimeoutError
 from aegis_nb.kernel.executor import DeadlineGuard
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaReport
 from aegis_nb.kernel.scrubbing import scrubbed_cause
 from aegis_nb.kernel.shielding import run_shielded
 from aegis_nb.kernel.values import argument_secrets
 from aegis_nb.saga.definition import StepSpec, group_start
-from aegis_nb.saga.events import (
-    SagaCommitted,
-    SagaStarted,
-    StepFailed,
-    StepStarted,
-    StepSucceeded,
-    StepTimedOut,
-)
+from aegis_nb.saga.events import SagaCommitted, SagaStarted, StepStarted, StepSucceeded
 from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.saga.parallel import CompensationOrder, merge_outputs
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
-from aegis_nb.saga.rollback import Owed, OwedCompensation, OwedGroup, conclude_rollback, roll_back
+from aegis_nb.saga.rollback import Owed, OwedCompensation, conclude_rollback, roll_back
+from aegis_nb.saga.rules import (
+    CANCELLED,
+    REQUESTED,
+    OwedGroup,
+    accept,
+    admit,
+    failure_event,
+    member_starts,
+    owed_group,
+    owes_compensation,
+    sibling_cancelled,
+)
 
-_Reason: TypeAlias = Callable[[], "str | None"]
+_Reason: TypeAlias = Callable[[], "ErrorInfo | None"]
 """Why a step was cancelled, when something other than its caller did it (None: its caller)."""
-
-CANCELLED = ErrorInfo("CancelledError", "cancelled by its caller")
-"""A cancellation as a cause: the same words on asyncio and trio, none of the backend's internals
-(a cancel scope's address, a task's repr and source path) that its message holds."""
-
-REQUESTED = "RollbackRequested"
-"""The type name a rollback the saga's own code asked for is reported under."""
 
 
 class Execution:
@@ -148,7 +140,7 @@ class Execution:
         failed: list[BaseException] = []
 
         async def member(spec: StepSpec, group: anyio.abc.TaskGroup) -> None:
-            if failed:  # the group failed before this member's task began: it never starts
+            if not member_starts(failed):  # the group failed before this member's task began
                 return
             try:
                 outputs[spec.index] = await self._execute(
@@ -165,12 +157,11 @@ class Execution:
                 for spec in members:
                     group.start_soon(member, spec, group)
         finally:
-            # In start order; whatever cut the group short, what it did is owed.
-            owed.sort(key=lambda item: item.spec.index)
-            if owed:
-                placed = members[0].group
-                order = CompensationOrder.CONCURRENT if placed is None else placed.compensation
-                self.owed.append(OwedGroup(tuple(owed), order))
+            # Whatever cut the group short, what it did is owed.
+            placed = members[0].group
+            order = CompensationOrder.CONCURRENT if placed is None else placed.compensation
+            if (settled := owed_group(owed, _index, order)) is not None:
+                self.owed.append(settled)
         if failed:
             raise failed[0]
         ordered = [outputs[spec.index] for spec in members]
@@ -188,12 +179,7 @@ class Execution:
         """Record the step's start, run it under its deadline, record how it ended, note what it owes."""
         recorder, clock = self.recorder, self.recorder.clock
         started = clock()
-        deadline = step_input.deadline
-        if spec.timeout is not None:
-            deadline = min(deadline, started + spec.timeout)
-        if started >= deadline:
-            # Refused before it started: not a failed step, and owed nothing even if in doubt.
-            raise ToolTimeoutError(spec.name, deadline - started, "; it was not run")
+        deadline = admit(spec.name, step_input.deadline, spec.timeout, started)
         self.specs.append(spec)
         await recorder.record(
             StepStarted(*recorder.header(started), index=spec.index, step=spec.name, group=group_start(spec))
@@ -209,7 +195,7 @@ class Execution:
                 with DeadlineGuard(deadline, clock) as guard:
                     guard.begin(spec.name, started)
                     result = await spec.step.execute(step_input, *spec.args, **spec.kwargs)
-            output = step_input if result is None else self._accept(spec, step_input, result)
+            output = step_input if result is None else accept(spec.name, step_input, result)
         except BaseException as exc:
             # The shared scope's deadline cancelled the step: a timeout, raised as one on leaving it.
             failure = guard.timeout_error() if guard is not None and guard.expired else exc
@@ -232,20 +218,6 @@ class Execution:
         self.unrecorded.remove(succeeded)
         return output
 
-    def _accept(self, spec: StepSpec, step_input: AegisContext, result: object) -> AegisContext:
-        """The context a step produced, checked, stamped, and never with a later deadline."""
-        if not isinstance(result, AegisContext):
-            raise StepResultError(
-                f"step {spec.name!r}: execute() must return an AegisContext or None, "
-                f"got {type(result).__name__}"
-            )
-        # A context derived from the step's own input already carries its stamp: no copy needed.
-        if result.step_index != spec.index or result.run_id != self.recorder.run_id:
-            result = result.for_step(self.recorder.run_id, spec.index)
-        if result.deadline > step_input.deadline:
-            result = result.with_budget(step_input.deadline)
-        return result
-
     async def _record_failure(
         self,
         spec: StepSpec,
@@ -260,36 +232,17 @@ class Execution:
         kind = classify(exc)
         reason = why_cancelled() if why_cancelled is not None and kind is FailureKind.CANCELLED else None
         if reason is not None:
-            cause = ErrorInfo("CancelledError", reason)
+            cause = reason
         elif kind is FailureKind.CANCELLED:
             cause = CANCELLED
         else:
             cause = ErrorInfo.from_exception(exc, self.secrets_held(step_input))
         duration = recorder.clock() - started
-        header = recorder.header()
-        if isinstance(exc, ToolTimeoutError):
-            budget = exc.budget if exc.budget is not None else duration
-            event: StepTimedOut | StepFailed = StepTimedOut(
-                *header,
-                index=spec.index,
-                step=spec.name,
-                duration=duration,
-                budget=budget,
-                error=cause,
-                group=group_start(spec),
-            )
-        else:
-            event = StepFailed(
-                *header,
-                index=spec.index,
-                step=spec.name,
-                duration=duration,
-                kind=kind,
-                error=cause,
-                group=group_start(spec),
-            )
-        # A refusal is the tool's own answer that it did not act: nothing is in doubt.
-        if spec.in_doubt and not cause.refused:
+        budget = exc.budget if isinstance(exc, ToolTimeoutError) else None
+        event = failure_event(
+            recorder.header(), spec.index, spec.name, group_start(spec), duration, kind, cause, budget
+        )
+        if owes_compensation(spec.in_doubt, cause):
             owe(OwedCompensation(spec, step_input))
         if reason is None:  # a sibling's cancellation is not the saga's failure: the sibling's is
             self.failure = (exc, cause)
@@ -378,11 +331,13 @@ class Execution:
         return tuple(dict.fromkeys(held))
 
 
-def _sibling(failed: list[BaseException]) -> str | None:
+def _sibling(failed: list[BaseException]) -> ErrorInfo | None:
     """Why a group's member was cancelled, if a sibling's failure did it."""
-    if not failed:
-        return None
-    return f"cancelled: another member of its parallel group failed ({type(failed[0]).__name__})"
+    return sibling_cancelled(type(failed[0]).__name__) if failed else None
+
+
+def _index(owed: OwedCompensation) -> int:
+    return owed.spec.index
 
 
 def classify(exc: BaseException) -> FailureKind:

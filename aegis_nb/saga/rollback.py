@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, TypeAlias
 
@@ -42,9 +42,10 @@ from aegis_nb.saga.events import (
     SagaStuck,
 )
 from aegis_nb.saga.history import fold_report
-from aegis_nb.saga.parallel import CompensationOrder
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
+from aegis_nb.saga.rules import INTERRUPTED, backoff, cut_off, retry_policy, rollback_order
+from aegis_nb.saga.rules import OwedGroup as OwedGroup  # where recovery and older code import it
 
 
 class OwedCompensation(NamedTuple):
@@ -54,15 +55,7 @@ class OwedCompensation(NamedTuple):
     snapshot: AegisContext
 
 
-@dataclass(frozen=True, slots=True)
-class OwedGroup:
-    """A parallel group's owed compensations, in start order, and how they run (`CompensationOrder`)."""
-
-    members: tuple[OwedCompensation, ...]
-    order: CompensationOrder
-
-
-Owed: TypeAlias = OwedCompensation | OwedGroup
+Owed: TypeAlias = OwedCompensation | OwedGroup[OwedCompensation]
 """What a rollback undoes: one step, or a parallel group's members."""
 
 
@@ -131,14 +124,13 @@ class _Rollback:
         self.recorder = recorder
         self.clock = recorder.clock
         # The first is in hand until it succeeds or is given up on.
-        self.pending: deque[OwedCompensation | OwedGroup] = deque(_units(owed))
+        self.pending: deque[Owed] = deque(rollback_order(map(_owed, owed)))
         self.default_retry = default_retry
         self.budget = budget
         self.secrets = secrets
         self.compensated: list[str] = []
         self.failures: list[CompensationFailure] = []
         self.attempt = 1  # of the compensation in hand
-        self.delays: Iterator[float] | None = None  # its backoff, from its second attempt on
 
     async def run(self) -> None:
         """Compensate each owed step in turn; resume after the backstop cuts an attempt off."""
@@ -157,15 +149,11 @@ class _Rollback:
             except ToolTimeoutError:
                 # The backstop names the attempt it cut off; the error states the budget it was
                 # given, and when it was cut off (between one and two budgets after it started).
-                cut_off = ToolTimeoutError(
-                    backstop.step,
-                    self.budget,
-                    f"; cut off {(backstop.deadline - backstop.started_at) * 1000:.1f} ms after it started",
-                )
-                if not await self._failed(cut_off, backstop.started_at, None):
+                error = cut_off(backstop.step, self.budget, backstop.deadline - backstop.started_at)
+                if not await self._failed(error, backstop.started_at, None):
                     self.pending.popleft()
 
-    async def _compensate_together(self, group: OwedGroup) -> None:
+    async def _compensate_together(self, group: OwedGroup[OwedCompensation]) -> None:
         """Compensate a group's members at once, each as a rollback of its own, in its own task."""
         rollbacks = [
             _Rollback(self.recorder, (member,), self.default_retry, self.budget, self.secrets)
@@ -234,7 +222,7 @@ class _Rollback:
                 )
             )
             self.compensated.append(spec.name)
-            self.attempt, self.delays = 1, None
+            self.attempt = 1
             return
 
     def _arm(self, backstop: DeadlineGuard, now: float, until: float) -> None:
@@ -253,20 +241,17 @@ class _Rollback:
         head = self.pending[0]
         assert isinstance(head, OwedCompensation)
         spec, snapshot = head
-        policy = spec.retry or self.default_retry
+        policy = retry_policy(spec.retry, self.default_retry)
         secrets = self.secrets + snapshot.secret_values()
         if spec.args or spec.kwargs:
             secrets += argument_secrets(spec.args, spec.kwargs)
         error = ErrorInfo.from_exception(exc, secrets)
-        will_retry = self.attempt < policy.attempts
-        await self._record_failure(spec, started, error, will_retry)
-        if not will_retry:
+        delay = backoff(policy, self.attempt)
+        await self._record_failure(spec, started, error, will_retry=delay is not None)
+        if delay is None:
             self.failures.append(CompensationFailure(spec.name, self.attempt, error))
-            self.attempt, self.delays = 1, None
+            self.attempt = 1
             return False
-        if self.delays is None:
-            self.delays = policy.delays()
-        delay = next(self.delays)
         self.attempt += 1
         if backstop is not None:  # clear of the backoff, so it can only fire on a compensation
             now = self.clock()
@@ -277,7 +262,7 @@ class _Rollback:
     async def _interrupted(self, spec: StepSpec, exc: BaseException, started: float) -> None:
         """Record that an interrupt stopped this attempt: it is still owed (``will_retry``), and the
         run stays unfinished in the journal, for `recover()` to finish."""
-        error = ErrorInfo(type(exc).__name__, "interrupted: the rest of the rollback is left for recovery")
+        error = ErrorInfo(type(exc).__name__, INTERRUPTED)
         await self._record_failure(spec, started, error, will_retry=True)
 
     async def _record_failure(
@@ -299,16 +284,9 @@ class _Rollback:
         )
 
 
-def _units(owed: Iterable[Owed | tuple[StepSpec, AegisContext]]) -> Iterator[OwedCompensation | OwedGroup]:
-    """`owed` as the rollback works through it: a group compensated one by one becomes its members,
-    newest start first; a group of one is that one."""
-    for item in owed:
-        if not isinstance(item, OwedGroup):
-            yield OwedCompensation(*item)
-        elif item.order is CompensationOrder.REVERSE_START or len(item.members) == 1:
-            yield from reversed(item.members)
-        else:
-            yield item
+def _owed(item: Owed | tuple[StepSpec, AegisContext]) -> Owed:
+    """`item` as owed: a group, or one step with its snapshot (recovery passes plain pairs)."""
+    return item if isinstance(item, OwedGroup) else OwedCompensation(*item)
 
 
 def _stray_cancellation(exc: BaseException) -> bool:

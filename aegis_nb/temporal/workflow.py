@@ -3,7 +3,7 @@
 Each step's execute and each compensation attempt is one activity (`activities.py`); the workflow
 keeps the order, the snapshots, the deadlines and the events, on workflow time (Unix seconds, from
 history, so a replay after a worker crash rebuilds exactly the same run). The rules are the
-engine's (`saga.engine`, `saga.rollback`):
+engine's, decided by the same functions (`saga.rules`); what is Temporal's own stays here:
 
 - forward in order; the context a step returns is its snapshot; past the deadline, `StepTimedOut`;
 - on any failure, compensate completed steps newest first, each with its own snapshot and a fresh
@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeAlias
@@ -37,7 +36,6 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from aegis_nb.kernel.context import AegisContext
-    from aegis_nb.kernel.errors import ToolTimeoutError
     from aegis_nb.kernel.report import ErrorInfo, FailureKind
     from aegis_nb.saga.durable.codec import SCHEMA_VERSION, RecordError, context_from_json, event_to_json
     from aegis_nb.saga.durable.steprecord import StepRecord
@@ -47,14 +45,25 @@ with workflow.unsafe.imports_passed_through():
         CompensationSucceeded,
         SagaCommitted,
         SagaStarted,
-        StepFailed,
         StepStarted,
         StepSucceeded,
-        StepTimedOut,
     )
-    from aegis_nb.saga.parallel import CompensationOrder, StepGroup, merge_outputs
+    from aegis_nb.saga.parallel import StepGroup, merge_outputs
     from aegis_nb.saga.recorder import RunRecorder
     from aegis_nb.saga.rollback import conclude_rollback
+    from aegis_nb.saga.rules import (
+        OwedGroup,
+        accept,
+        admit,
+        backoff,
+        failure_event,
+        member_starts,
+        owed_group,
+        owes_compensation,
+        retry_policy,
+        rollback_order,
+        sibling_cancelled,
+    )
     from aegis_nb.temporal.failures import StepError, describe, step_error
     from aegis_nb.temporal.names import (
         COMPENSATE_ACTIVITY,
@@ -117,16 +126,11 @@ class SagaWorkflow:
         return await _Run(plan, recorder, started).run(initial)
 
 
-Owed: TypeAlias = "tuple[StepRecord, AegisContext] | _OwedGroup"
-"""What the rollback undoes: one step with the context its compensation gets, or a group's members."""
+OwedStep: TypeAlias = "tuple[StepRecord, AegisContext]"
+"""One step to undo, with the context its compensation gets."""
 
-
-@dataclass(frozen=True, slots=True)
-class _OwedGroup:
-    """A parallel group's owed members in start order, compensated as `order` says."""
-
-    members: tuple[tuple[StepRecord, AegisContext], ...]
-    order: CompensationOrder
+Owed: TypeAlias = "OwedStep | OwedGroup[OwedStep]"
+"""What the rollback undoes: one step, or a group's members."""
 
 
 class _GroupFailed(Exception):
@@ -169,7 +173,7 @@ class _Run:
                 running = step
                 await recorder.record(StepStarted(*recorder.header(), index=step.index, step=step.name))
                 result = await self._execute(step, step_input, limit, step_started)
-                current = self._accept(step_input, result)
+                current = accept(step.name, step_input, result)
                 self.owed.append((step, current))
                 running = None
                 now = workflow.time()
@@ -192,16 +196,9 @@ class _Run:
         return _outcome(recorder)
 
     def _limit(self, step: StepRecord, step_input: AegisContext, step_started: float) -> float:
-        """When `step`, starting now, is cut off; a step refused before it starts raises, as in the engine.
-
-        Refused: not the failed step, and owed no compensation even if in doubt. The error says so,
-        for the report's summary.
-        """
-        limit = step_input.deadline
-        if step.timeout is not None:
-            limit = min(limit, step_started + step.timeout)
-        if step_started >= limit:
-            raise ToolTimeoutError(step.name, limit - step_started, "; it was not run")
+        """When `step`, starting now, is cut off; a step refused before it starts raises (`admit`),
+        and so does one whose workflow was cancelled before it started."""
+        limit = admit(step.name, step_input.deadline, step.timeout, step_started)
         if workflow.cancellation_reason() is not None:
             raise asyncio.CancelledError  # requested between steps: the next one is not run
         return limit
@@ -223,6 +220,8 @@ class _Run:
         handles: dict[int, workflow.ActivityHandle[Any]] = {}
 
         async def member(step: StepRecord) -> None:
+            if not member_starts(failed):  # a sibling failed before this member's turn came
+                return
             step_input = restamp(start, start.deadline, recorder.run_id, step.index)
             started = workflow.time()
             began = False
@@ -235,20 +234,20 @@ class _Run:
                 result = await self._execute(
                     step, step_input, limit, started, on_start=partial(handles.__setitem__, step.index)
                 )
-                output = self._accept(step_input, result)
+                output = accept(step.name, step_input, result)
             except (Exception, asyncio.CancelledError) as exc:
                 handles.pop(step.index, None)
                 error = describe(exc)
                 if error.kind is FailureKind.CANCELLED and failed and workflow.cancellation_reason() is None:
                     # Cut off by a sibling's failure: named so, and not the saga's failure.
-                    error = StepError(ErrorInfo("CancelledError", _sibling(failed[0])), FailureKind.CANCELLED)
+                    error = StepError(sibling_cancelled(failed[0].info.type), FailureKind.CANCELLED)
                 else:
                     failed.append(error)
                     for handle in handles.values():  # the group's failure: cancel the others
                         if not handle.done():
                             handle.cancel()
                 if began:  # a member refused before it started is neither recorded nor owed
-                    if (step.in_doubt and not error.info.refused) or error.lost:
+                    if owes_compensation(step.in_doubt, error.info, lost=error.lost):
                         owed.append((step, step_input))
                     await self._record_failure(step, started, error, group.start)
                 return
@@ -269,9 +268,8 @@ class _Run:
         try:
             await asyncio.gather(*(member(step) for step in members))
         finally:
-            if owed:
-                owed.sort(key=lambda item: item[0].index)
-                self.owed.append(_OwedGroup(tuple(owed), group.compensation))
+            if (settled := owed_group(owed, _index, group.compensation)) is not None:
+                self.owed.append(settled)
         if failed:
             raise _GroupFailed(failed[0])
         ordered = [outputs[step.index] for step in members]
@@ -320,11 +318,6 @@ class _Run:
             info = ErrorInfo("StepResultError", f"step {step.name!r}: {exc}")
             raise StepError(info, FailureKind.ERROR) from None
 
-    def _accept(self, step_input: AegisContext, result: AegisContext) -> AegisContext:
-        """The step's context, stamped with its key and never with a later deadline than it was given."""
-        deadline = min(result.deadline, step_input.deadline)
-        return restamp(result, deadline, step_input.run_id, step_input.step_index)
-
     async def _fail(
         self,
         exc: BaseException,
@@ -342,8 +335,7 @@ class _Run:
             self.cancel_seen = True
         if failed is not None:
             await self._record_failure(failed, step_started, error, None)
-            # A refusal is the tool's word that this attempt did not act; a lost attempt may have.
-            if (failed.in_doubt and not cause.refused) or error.lost:
+            if owes_compensation(failed.in_doubt, cause, lost=error.lost):
                 self.owed.append((failed, step_input))
         await self._roll_back(reversed(self.owed))
         await conclude_rollback(recorder, plan.saga, self.started, kind, cause)
@@ -360,41 +352,26 @@ class _Run:
         """Record how `step`'s execute failed: timed out, or failed (`group`: its group's first index)."""
         recorder = self.recorder
         duration = workflow.time() - step_started
-        if error.kind is FailureKind.TIMEOUT:
-            budget = duration if error.budget is None else error.budget
-            await recorder.record(
-                StepTimedOut(
-                    *recorder.header(),
-                    index=step.index,
-                    step=step.name,
-                    duration=duration,
-                    budget=budget,
-                    error=error.info,
-                    group=group,
-                )
+        await recorder.record(
+            failure_event(
+                recorder.header(),
+                step.index,
+                step.name,
+                group,
+                duration,
+                error.kind,
+                error.info,
+                error.budget,
             )
-        else:
-            await recorder.record(
-                StepFailed(
-                    *recorder.header(),
-                    index=step.index,
-                    step=step.name,
-                    duration=duration,
-                    kind=error.kind,
-                    error=error.info,
-                    group=group,
-                )
-            )
+        )
 
     async def _roll_back(self, owed: Iterable[Owed]) -> None:
-        """Compensate `owed` in order (`saga.rollback`): a group's members together, each with its own
-        retries, or one by one newest start first, as the group says."""
-        for item in owed:
-            if not isinstance(item, _OwedGroup):
-                await self._compensate_step(*item, None)
-            elif item.order is CompensationOrder.REVERSE_START or len(item.members) == 1:
-                for step, snapshot in reversed(item.members):
-                    await self._compensate_step(step, snapshot, step.group)
+        """Compensate `owed` (newest first) in the rollback's order: a concurrent group's members
+        together, each with its own retries; any other step alone."""
+        for item in rollback_order(owed):
+            if not isinstance(item, OwedGroup):
+                step, snapshot = item
+                await self._compensate_step(step, snapshot, step.group)
             else:
                 await asyncio.gather(
                     *(self._compensate_step(step, snapshot, step.group) for step, snapshot in item.members)
@@ -406,8 +383,7 @@ class _Run:
         """Compensate one step, each attempt an activity, retried per its policy."""
         recorder, budget = self.recorder, self.plan.compensation_budget
         group = None if placed is None else placed.start
-        policy = step.retry or self.plan.compensation_retry
-        delays = policy.delays()
+        policy = retry_policy(step.retry, self.plan.compensation_retry)
         attempt = 1
         while True:
             now = workflow.time()
@@ -421,7 +397,7 @@ class _Run:
                 result = await self._shielded(partial(self._compensate, step, ctx, budget))
             except ActivityError as exc:
                 error = self._step_error(exc, step.name, budget).info
-                will_retry = attempt < policy.attempts
+                delay = backoff(policy, attempt)
                 await recorder.record(
                     CompensationFailed(
                         *recorder.header(),
@@ -430,13 +406,12 @@ class _Run:
                         attempt=attempt,
                         duration=workflow.time() - now,
                         error=error,
-                        will_retry=will_retry,
+                        will_retry=delay is not None,
                         group=group,
                     )
                 )
-                if not will_retry:
+                if delay is None:
                     return
-                delay = next(delays)
                 if delay > 0:  # a durable timer, so a backoff survives a worker restart
                     await self._shielded(partial(workflow.sleep, delay))
                 attempt += 1
@@ -524,9 +499,8 @@ def _entries(steps: tuple[StepRecord, ...]) -> list[tuple[StepRecord, ...]]:
     return entries
 
 
-def _sibling(failure: StepError) -> str:
-    """Why a group's member was cancelled by its sibling's failure: the engine's words."""
-    return f"cancelled: another member of its parallel group failed ({failure.info.type})"
+def _index(owed: OwedStep) -> int:
+    return owed[0].index
 
 
 def _finite(value: float) -> float | None:
