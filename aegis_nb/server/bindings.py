@@ -42,6 +42,7 @@ from jmespath import exceptions as jmespath_errors
 from jmespath.functions import Functions  # type: ignore[import-untyped]
 
 from aegis_nb.kernel.values import thaw
+from aegis_nb.server.validation import ArgumentChecker
 
 ROOTS: Final = ("arguments", "result", "before")
 """What a binding reads: the call's arguments, its result, and what its ``before`` read answered."""
@@ -210,8 +211,8 @@ class RegexBinding:
 
     @property
     def text(self) -> str:
-        """How messages name it."""
-        return f"regex {self.pattern.pattern!r} in {self.source.text}"
+        """How messages name it: the pattern as written."""
+        return self.pattern.pattern
 
     @property
     def roots(self) -> frozenset[str]:
@@ -396,3 +397,16 @@ def _parse_problem(exc: Exception) -> str:
     if isinstance(exc, jmespath_errors.ParseError):
         return f"{exc.msg} at column {exc.lex_position + 1}"
     return str(exc).splitlines()[0]
+
+
+def unfit_arguments(undo: str, schema: Mapping[str, Any], bound: Mapping[str, Any]) -> str | None:
+    """Why the `bound` arguments do not fit the undo tool's input `schema` (then: do not call), or None.
+
+    Made before the call, as a binding can resolve on one call to a value its tool refuses (a
+    JMESPath projection giving an empty list where the schema asks for one item, a null inside an
+    object built). The words name the argument and the rule, never the value (it may be secret).
+    """
+    problems = ArgumentChecker(schema).problems(thaw(bound))
+    if not problems:
+        return None
+    return f"{undo} was not called: the bound arguments do not fit its input schema ({'; '.join(problems)})"
