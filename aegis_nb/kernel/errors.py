@@ -22,6 +22,8 @@ the builtin a caller would catch it as (``except TimeoutError`` still catches a 
      │                                                 nothing of why (unknown, guessed, foreign)
      ├── NotOpen                   (server.saga_handles) a step, commit or rollback asked of an
      │                                                 agent saga that has ended
+     ├── SagaLimitReached          (server.saga_handles) saga_begin refused: the caller, or the
+     │                                                 server, has as many sagas open as allowed
      ├── UndoNotBound              (server.saga_handles) an undo's argument did not resolve from
      │                                                 the call: never called, the step orphaned
      ├── PolicyError               (also ValueError, gateway.policy) a gateway policy that cannot
