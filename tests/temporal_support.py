@@ -8,6 +8,7 @@ key, so a test can see every effect even when the worker that made it was killed
 killed; with ``AEGIS_TEMPORAL_HANG=compensate`` the hotel's compensation does so after cancelling.
 Run as ``python -m tests.temporal_support serve ADDRESS TASK_QUEUE LEDGER PIDFILE`` it is an
 `AegisMCP` server on stdio whose ``book_trip`` workflow runs the ledger saga on Temporal (`ledger_app`).
+`running` and `both_ways` run a saga on a worker of the test's own, and in process beside it.
 """
 
 from __future__ import annotations
@@ -16,21 +17,31 @@ import asyncio
 import os
 import shutil
 import sys
-from collections.abc import Iterator
-from contextlib import closing
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, closing
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import Process
 
-from aegis_nb import AegisContext, ToolError
+from aegis_nb import AegisContext, RetryPolicy, ToolError, WorkflowEngine
 from aegis_nb.mock import BookingKind, Ledger
+from aegis_nb.saga.outcome import SagaRun
+from aegis_nb.testing import outline
 from tests.conftest import require
-from tests.steps import Recorded
+from tests.steps import Calls, Recorded
 
 HANG = "AEGIS_TEMPORAL_HANG"
+
+ROOT = Path(__file__).parent.parent
+
+FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.0)
+"""No backoff: the dev server fires even a 10 ms workflow timer about a second late."""
 
 
 def temporal_binary() -> str | None:
@@ -71,6 +82,74 @@ async def client(temporal_address: str) -> Any:
     from temporalio.client import Client
 
     return await Client.connect(temporal_address)
+
+
+@asynccontextmanager
+async def running(
+    client: Any, *steps: object, runner_client: Any = None, **options: Any
+) -> AsyncIterator[Any]:
+    """A worker with `steps` registered by name, and a runner that sends them by name, on a fresh queue.
+
+    The runner connects through `runner_client` if given (one with interceptors, say).
+    """
+    from aegis_nb.temporal import TemporalSagaRunner, saga_worker
+
+    queue = f"test-{uuid.uuid4().hex}"
+    options.setdefault("compensation_retry", FAST_RETRY)
+    options.setdefault("heartbeat_timeout", 1.0)  # cancellations reach a step within 0.8 s
+    async with saga_worker(client, queue, steps=steps):
+        yield TemporalSagaRunner(runner_client or client, queue, steps=steps, **options)
+
+
+def trail(run: SagaRun) -> list[tuple[str, ...]]:
+    return [outline(event) for event in run.events]
+
+
+async def both_ways(
+    client: Any, saga: Callable[[Calls], Sequence[object]], ctx: AegisContext | None = None
+) -> tuple[SagaRun, SagaRun]:
+    """`saga`'s steps run in process and on Temporal, each on fresh steps; checks that both made the
+    same calls, recorded the same events (times aside) and ended with the same report (run id aside)."""
+    local_calls, remote_calls = Calls(), Calls()
+    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
+        list(saga(local_calls)), ctx or AegisContext(), name="trip"
+    )
+    steps = list(saga(remote_calls))
+    async with running(client, *steps) as runner:
+        remote = await runner.run_saga(steps, ctx or AegisContext(), name="trip")
+    assert remote_calls.trail() == local_calls.trail()
+    assert trail(remote) == trail(local)
+    assert remote.report == replace(local.report, run_id=remote.run_id)
+    return local, remote
+
+
+@asynccontextmanager
+async def worker_process(address: str, queue: str, *, hang: bool | str) -> AsyncIterator[Process]:
+    """A saga worker in a process of its own (``python -m tests.temporal_support``), killed on exit.
+
+    `hang`: True or ``"1"`` hangs the hotel's execute, ``"compensate"`` its compensation.
+    """
+    env = {**os.environ, HANG: hang if isinstance(hang, str) else ("1" if hang else "0")}
+    process = await anyio.open_process(
+        [sys.executable, "-m", "tests.temporal_support", address, queue], cwd=ROOT, env=env
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
+async def read_until(process: Process, word: str) -> None:
+    """Read the worker's stdout until a line says `word`."""
+    assert process.stdout is not None
+    seen = b""
+    async for chunk in process.stdout:
+        seen += chunk
+        if word.encode() + b"\n" in seen:
+            return
+    raise AssertionError(f"the worker exited without saying {word!r}: {seen!r}")
 
 
 class Refusing(Recorded):

@@ -133,6 +133,13 @@ def test_a_member_cut_off_by_its_siblings_failure_says_so_in_the_engines_words()
     )
 
 
+def test_only_a_siblings_cancellation_is_told_apart_from_the_runs_failure() -> None:
+    assert rules.cancelled_by_sibling(rules.sibling_cancelled("CardDeclined")) is True
+    assert rules.cancelled_by_sibling(rules.CANCELLED) is False
+    quoted = rules.sibling_cancelled("CardDeclined").message  # a step's own error that quotes the words
+    assert rules.cancelled_by_sibling(ErrorInfo("CardDeclined", quoted)) is False
+
+
 # -- what is owed, and in what order ----------------------------------------------------------------
 
 

@@ -12,9 +12,6 @@ import os
 import re
 import signal
 import sys
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +30,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from aegis_nb import (
     AegisContext,
-    RetryPolicy,
     SagaCompensationFailed,
     SagaRolledBack,
     Secret,
@@ -43,17 +39,25 @@ from aegis_nb.diagram import fold, render_mermaid
 from aegis_nb.kernel.report import FailureKind, SagaStatus
 from aegis_nb.saga.durable import StepNotRecoverable
 from aegis_nb.saga.events import SagaStarted, StepSucceeded
-from aegis_nb.saga.outcome import SagaRun
 from aegis_nb.temporal import (
     PASSED_THROUGH,
     SagaCancelled,
     SagaWorkflow,
     TemporalSagaRunner,
-    saga_worker,
 )
 from aegis_nb.testing import EventCapture, outline
 from tests.steps import Calls, Recorded
-from tests.temporal_support import Reader, Refusing, anyio_backend, client, temporal_address, temporal_binary
+from tests.temporal_support import (
+    FAST_RETRY,
+    Reader,
+    Refusing,
+    anyio_backend,
+    client,
+    running,
+    temporal_address,
+    temporal_binary,
+    trail,
+)
 
 __all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
 
@@ -61,31 +65,9 @@ pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).parent.parent
 
-FAST_RETRY = RetryPolicy(attempts=3, initial_delay=0.0)
-"""No backoff: the dev server fires even a 10 ms workflow timer about a second late."""
-
-
-@asynccontextmanager
-async def running(
-    client: Client, *steps: object, runner_client: Client | None = None, **options: Any
-) -> AsyncIterator[TemporalSagaRunner]:
-    """A worker with `steps` registered by name, and a runner that sends them by name, on a fresh queue.
-
-    The runner connects through `runner_client` if given (one with interceptors, say).
-    """
-    queue = f"test-{uuid.uuid4().hex}"
-    options.setdefault("compensation_retry", FAST_RETRY)
-    options.setdefault("heartbeat_timeout", 1.0)  # cancellations reach a step within 0.8 s
-    async with saga_worker(client, queue, steps=steps):
-        yield TemporalSagaRunner(runner_client or client, queue, steps=steps, **options)
-
 
 def travel(calls: Calls, **card: Any) -> list[Recorded]:
     return [Recorded("flight", calls), Recorded("hotel", calls), Recorded("card", calls, **card)]
-
-
-def trail(run: SagaRun) -> list[tuple[str, ...]]:
-    return [outline(event) for event in run.events]
 
 
 FORWARD = [

@@ -32,8 +32,7 @@ from aegis_nb.temporal import TemporalSagaRunner
 from aegis_nb.testing import EventCapture
 from tests.servers.launch import free_port
 from tests.steps import Calls, Recorded
-from tests.temporal_support import anyio_backend, client, temporal_address
-from tests.test_temporal import running, trail
+from tests.temporal_support import anyio_backend, client, running, temporal_address, trail
 
 __all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
 

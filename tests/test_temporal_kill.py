@@ -6,12 +6,9 @@ made by either worker. Asyncio only, like `test_temporal` (temporalio runs on as
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, closing
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -22,7 +19,6 @@ from tests.conftest import STRICT
 if not STRICT:  # on a developer machine without the `temporal` extra, skip; under CI, fail
     pytest.importorskip("temporalio")
 
-from anyio.abc import Process
 from temporalio.client import Client
 
 from aegis_nb import AegisContext, RetryPolicy, SagaRolledBack
@@ -30,14 +26,15 @@ from aegis_nb.mock import Ledger
 from aegis_nb.temporal import TemporalSagaRunner
 from aegis_nb.testing import outline
 from tests.temporal_support import (
-    HANG,
     LedgerCard,
     LedgerFlight,
     LedgerHotel,
     anyio_backend,
     calls,
     client,
+    read_until,
     temporal_address,
+    worker_process,
 )
 
 __all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
@@ -45,35 +42,6 @@ __all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).parent.parent
-
-
-@asynccontextmanager
-async def worker_process(address: str, queue: str, *, hang: bool | str) -> AsyncIterator[Process]:
-    """A saga worker in a process of its own (``python -m tests.temporal_support``), killed on exit.
-
-    `hang`: True or ``"1"`` hangs the hotel's execute, ``"compensate"`` its compensation.
-    """
-    env = {**os.environ, HANG: hang if isinstance(hang, str) else ("1" if hang else "0")}
-    process = await anyio.open_process(
-        [sys.executable, "-m", "tests.temporal_support", address, queue], cwd=ROOT, env=env
-    )
-    try:
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-
-
-async def read_until(process: Process, word: str) -> None:
-    """Read the worker's stdout until a line says `word`."""
-    assert process.stdout is not None
-    seen = b""
-    async for chunk in process.stdout:
-        seen += chunk
-        if word.encode() + b"\n" in seen:
-            return
-    raise AssertionError(f"the worker exited without saying {word!r}: {seen!r}")
 
 
 @pytest.mark.slow

@@ -1,11 +1,12 @@
 """Sagas on Temporal keep the engine's rules where a Temporal mechanism could bend them.
 
-Cancellation reaches an activity as a native `Task.cancel()`; a step that is refused before it
-starts; a step that blocks its event loop or whose worker is lost; two step objects of one name; a
-`ToolError`'s refusal and a tool's own timeout crossing the activity boundary; error text that is
-not valid UTF-8, the budget of a step cut at its own timeout, a workflow input that is no saga plan.
-Each test runs against the real dev server, like `test_temporal`, and checks the whole outline and
-report.
+The rules themselves are one pure module both drivers call (`saga.rules`, tested in
+`test_saga_rules`); what is left here is Temporal's own: a cancellation reaching an activity as a
+native `Task.cancel()`; a step that blocks its event loop or whose worker is lost; two step objects
+of one name; a `ToolError`'s refusal, a tool's own timeout, error text that is not valid UTF-8 and
+the budget of a step cut at its own timeout crossing the activity boundary; a workflow input that
+is no saga plan. Each test runs against the real dev server, like `test_temporal`, and checks the
+whole outline and report, most of them against the same saga run in process (`both_ways`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from aegis_nb import AegisContext, SagaRolledBack, ToolError, WorkflowEngine
+from aegis_nb import AegisContext, ToolError, WorkflowEngine
 from aegis_nb.diagram import fold, render_mermaid
 from aegis_nb.kernel.errors import ToolTimeoutError
 from aegis_nb.kernel.report import ErrorInfo, FailureKind, SagaReport, SagaStatus
@@ -52,8 +53,16 @@ from aegis_nb.temporal import activities as temporal_activities
 from aegis_nb.temporal import workflow as temporal_workflow
 from aegis_nb.temporal.activities import SagaActivities
 from tests.steps import Boom, Calls, Recorded
-from tests.temporal_support import Refusing, anyio_backend, client, temporal_address
-from tests.test_temporal import FAST_RETRY, running, trail
+from tests.temporal_support import (
+    FAST_RETRY,
+    Refusing,
+    anyio_backend,
+    both_ways,
+    client,
+    running,
+    temporal_address,
+    trail,
+)
 
 __all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
 
@@ -225,51 +234,6 @@ async def test_a_step_completing_in_the_workflow_task_of_the_cancellation_counts
     replayer = Replayer(workflows=[SagaWorkflow], workflow_runner=SandboxedWorkflowRunner(restrictions))
     replayed = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert replayed.replay_failure is None
-
-
-# -- a step refused before it starts ---------------------------------------------------------------
-
-
-class UsesUpTheTime(Recorded):
-    """Succeeds, but hands on a context with no time left."""
-
-    async def execute(self, ctx: AegisContext) -> AegisContext:
-        result = await super().execute(ctx)
-        return result.with_timeout(0)
-
-
-async def test_a_step_left_no_time_is_not_run_failed_or_compensated_as_in_the_engine(client: Client) -> None:
-    def saga(calls: Calls) -> list[Recorded]:
-        return [UsesUpTheTime("flight", calls), Recorded("hotel", calls, in_doubt=True)]
-
-    local_calls, remote_calls = Calls(), Calls()
-    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
-        saga(local_calls), AegisContext().with_timeout(30), name="trip"
-    )
-    steps = saga(remote_calls)
-    async with running(client, *steps) as runner:
-        remote = await runner.run_saga(steps, AegisContext().with_timeout(30), name="trip")
-    assert (
-        trail(remote)
-        == trail(local)
-        == [
-            ("SagaStarted",),
-            ("StepStarted", "flight"),
-            ("StepSucceeded", "flight"),
-            ("CompensationStarted", "flight"),
-            ("CompensationSucceeded", "flight"),
-            ("SagaRolledBackEvent",),
-        ]
-    )
-    assert remote_calls.trail() == local_calls.trail() == [("execute", "flight"), ("compensate", "flight")]
-    cause = remote.report.cause
-    assert cause is not None
-    assert cause.type == "ToolTimeoutError"
-    assert cause.message.startswith("step 'hotel' had no time left: the deadline passed ")
-    assert cause.message.endswith(" ms before it started; it was not run")
-    # Only how late the hotel was differs (workflow time is coarser than the loop clock).
-    assert remote.report == replace(local.report, run_id=remote.run_id, cause=cause)
-    assert isinstance(remote.error, SagaRolledBack)
 
 
 # -- a step that blocks its event loop, and workers that are lost ----------------------------------
@@ -455,17 +419,9 @@ async def test_two_steps_of_one_name_registered_under_keys_of_their_own_run_as_i
 
 
 async def test_a_tool_error_keeps_its_refusal_and_the_report_is_the_engines(client: Client) -> None:
-    def saga(calls: Calls) -> list[Recorded]:
-        return [Recorded("flight", calls), Refusing("hotel", calls, in_doubt=True)]
-
-    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
-        saga(Calls()), AegisContext(), name="trip"
+    _, remote = await both_ways(
+        client, lambda calls: [Recorded("flight", calls), Refusing("hotel", calls, in_doubt=True)]
     )
-    steps = saga(Calls())
-    async with running(client, *steps) as runner:
-        remote = await runner.run_saga(steps, AegisContext(), name="trip")
-    assert trail(remote) == trail(local)
-    assert remote.report == replace(local.report, run_id=remote.run_id)
     assert remote.report.cause == ErrorInfo("ToolError", "hotel: no rooms left", refused=True)
     failed = remote.events[4]
     assert isinstance(failed, StepFailed)
@@ -481,20 +437,12 @@ class SlowTool(Recorded):
 
 
 async def test_a_tools_own_timeout_is_reported_with_its_budget(client: Client) -> None:
-    def saga(calls: Calls) -> list[Recorded]:
-        return [Recorded("flight", calls), SlowTool("hotel", calls)]
-
-    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
-        saga(Calls()), AegisContext(), name="trip"
+    local, remote = await both_ways(
+        client, lambda calls: [Recorded("flight", calls), SlowTool("hotel", calls)]
     )
-    steps = saga(Calls())
-    async with running(client, *steps) as runner:
-        remote = await runner.run_saga(steps, AegisContext(), name="trip")
-    assert trail(remote) == trail(local)
     timed_out = remote.events[4]
     assert isinstance(timed_out, StepTimedOut)
     assert timed_out.budget == 0.25
-    assert remote.report == replace(local.report, run_id=remote.run_id)
     assert render_mermaid(fold(remote.events)) == render_mermaid(fold(local.events))
 
 
@@ -529,32 +477,24 @@ class FailsOnAFileName(Recorded):
 async def test_an_error_naming_an_undecodable_file_is_reported_once_and_exactly_as_in_the_engine(
     client: Client,
 ) -> None:
-    def saga(calls: Calls) -> list[Recorded]:
+    calls = Calls()
+
+    def saga(calls_here: Calls) -> list[Recorded]:
+        nonlocal calls
+        calls = calls_here
         return [
             FailsOnAFileName("flight", calls, undo_fails=True),
             FailsOnAFileName("card", calls, fails=True),
         ]
 
-    local_calls, remote_calls = Calls(), Calls()
-    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
-        saga(local_calls), AegisContext(), name="trip"
-    )
-    steps = saga(remote_calls)
-    async with running(client, *steps) as runner:
-        remote = await runner.run_saga(steps, AegisContext(), name="trip")
+    _, remote = await both_ways(client, saga)
     # Each call ran once: the failure was not retried by Temporal as one it could not report.
-    assert (
-        remote_calls.trail()
-        == local_calls.trail()
-        == [
-            ("execute", "flight"),
-            ("execute", "card"),
-            ("compensate", "flight"),
-            ("compensate", "flight"),
-        ]
-    )
-    assert trail(remote) == trail(local)
-    assert remote.report == replace(local.report, run_id=remote.run_id)
+    assert calls.trail() == [
+        ("execute", "flight"),
+        ("execute", "card"),
+        ("compensate", "flight"),
+        ("compensate", "flight"),
+    ]
     assert remote.report.cause == ErrorInfo("Boom", "cannot read caf\udce9.json")
     failed_undo = remote.events[6]
     assert getattr(failed_undo, "error", None) == ErrorInfo("Boom", "cannot delete caf\udce9.json")
@@ -564,18 +504,10 @@ async def test_an_error_naming_an_undecodable_file_is_reported_once_and_exactly_
 async def test_a_step_cut_at_its_own_timeout_reports_the_budget_it_was_given_as_in_the_engine(
     client: Client,
 ) -> None:
-    def saga(calls: Calls) -> list[Recorded]:
-        return [Recorded("flight", calls), Recorded("hotel", calls, hang=True, timeout=0.5)]
-
-    local = await WorkflowEngine(compensation_retry=FAST_RETRY).run_saga(
-        saga(Calls()), AegisContext(), name="trip"
+    _, remote = await both_ways(
+        client, lambda calls: [Recorded("flight", calls), Recorded("hotel", calls, hang=True, timeout=0.5)]
     )
-    steps = saga(Calls())
-    async with running(client, *steps) as runner:
-        remote = await runner.run_saga(steps, AegisContext(), name="trip")
-    assert trail(remote) == trail(local)
     # Not the time left when the activity began on the worker: the step's half second.
-    assert remote.report == replace(local.report, run_id=remote.run_id)
     assert remote.report.cause == ErrorInfo(
         "ToolTimeoutError", "step 'hotel' exceeded its deadline (budget 500.0 ms)"
     )

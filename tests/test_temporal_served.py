@@ -42,9 +42,10 @@ from tests.temporal_support import (
     calls,
     client,
     ledger_app,
+    read_until,
     temporal_address,
+    worker_process,
 )
-from tests.test_temporal_kill import read_until, worker_process
 
 __all__ = ["anyio_backend", "client", "temporal_address"]  # fixtures, imported so pytest finds them here
 

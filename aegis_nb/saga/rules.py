@@ -36,6 +36,8 @@ CANCELLED = ErrorInfo("CancelledError", "cancelled by its caller")
 REQUESTED = "RollbackRequested"
 """The type name a rollback the saga's own code asked for is reported under."""
 
+_SIBLING = "cancelled: another member of its parallel group failed"
+
 INTERRUPTED = "interrupted: the rest of the rollback is left for recovery"
 """Why an interrupted compensation attempt failed: it is still owed, for `recover()` to finish."""
 
@@ -113,9 +115,13 @@ def sibling_cancelled(failure_type: str) -> ErrorInfo:
 
     Not the saga's failure: the sibling's is.
     """
-    return ErrorInfo(
-        "CancelledError", f"cancelled: another member of its parallel group failed ({failure_type})"
-    )
+    return ErrorInfo("CancelledError", f"{_SIBLING} ({failure_type})")
+
+
+def cancelled_by_sibling(error: ErrorInfo) -> bool:
+    """Whether `error` is a group member's, cut off by a sibling's failure (`sibling_cancelled`):
+    not the run's failure, which is the sibling's."""
+    return error.type == "CancelledError" and error.message.startswith(_SIBLING)
 
 
 def owes_compensation(in_doubt: bool, cause: ErrorInfo, *, lost: bool = False) -> bool:
