@@ -69,6 +69,8 @@ VIEWS = "aegis_nb.notebook (LiveView, ReplayView, SagaDiagram)"
 MAGICS = "%load_ext aegis_nb (the saga magics)"
 TEMPORAL = "aegis_nb.temporal (sagas on Temporal)"
 TRACING = "aegis_nb.tracing (SagaTracer)"
+TRIP_MODEL = "TripAgent.function_model (a pydantic-ai model)"
+FUNCTION_MODEL = "from aegis_nb.notebook.trip_agent import TripAgent; TripAgent().function_model()"
 LOAD_EXT = "import aegis_nb; aegis_nb.load_ipython_extension(None)"
 
 
@@ -97,6 +99,8 @@ LOAD_EXT = "import aegis_nb; aegis_nb.load_ipython_extension(None)"
             missing(TRACING, "otel", "opentelemetry"),
         ),
         ((*CORE_ONLY, "opentelemetry"), "import aegis_nb.tracing", missing(TRACING, "otel", "opentelemetry")),
+        # The notebook extra without the agents one: the scripted agent is there, its pydantic-ai model not.
+        (("pydantic_ai",), FUNCTION_MODEL, missing(TRIP_MODEL, "agents", "pydantic_ai")),
     ],
 )
 def test_a_part_without_its_extra_names_the_extra_to_install(

@@ -138,8 +138,11 @@ class TripAgent:
         failed tool return) or by default (a retried tool return, or in older versions a retry prompt);
         all are seen as failed calls.
         """
-        from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
-        from pydantic_ai.models.function import FunctionModel
+        from aegis_nb.kernel.extras import needs_extra
+
+        with needs_extra("agents", "TripAgent.function_model (a pydantic-ai model)"):
+            from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+            from pydantic_ai.models.function import FunctionModel
 
         def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             move = self.next_move(seen_in(messages))
