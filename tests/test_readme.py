@@ -27,6 +27,7 @@ import pytest
 import aegis_nb
 from aegis_nb.cli import build_parser
 from tests.readme_support import KINDS, README, Block, blocks, github_anchor, printed_by
+from tests.servers.launch import aegis_nb as run_aegis_nb
 
 ROOT = README.parent
 ALL = blocks()
@@ -188,7 +189,10 @@ def placeholders_filled(words: list[str]) -> list[str]:
 def check_command(words: list[str]) -> None:
     """Fail unless the program named would accept `words`."""
     program, arguments = Path(words[0]).name, words[1:]
-    if program == "aegis-nb":
+    if program == "aegis-nb" and set(arguments) & {"--version", "--help"}:
+        done = run_aegis_nb(*arguments)  # cheap: run for real
+        assert (done.returncode, done.stderr) == (0, ""), shlex.join(words)
+    elif program == "aegis-nb":
         try:
             build_parser().parse_args(placeholders_filled(arguments))
         except SystemExit as exc:  # argparse refused it, and said why on stderr
@@ -220,6 +224,7 @@ def test_a_shell_block_holds_commands_their_programs_accept(block: Block) -> Non
 def test_a_shell_check_refuses_what_the_programs_would() -> None:
     for words in (
         ["aegis-nb", "serve", "app:app", "--transport", "pigeon"],
+        ["aegis-nb", "--versions"],
         ["make", "no-such-target"],
         ["pip", "install", "-e", ".[no-such-extra]"],
         ["pip", "install", "aegis_nb-0.0.1-py3-none-any.whl[mcp]"],
