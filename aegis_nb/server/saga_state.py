@@ -46,11 +46,6 @@ class EndReason(enum.Enum):
     STEP_FAILED = "a step failed and the saga rolls back on error"
     STOPPED = "the server stopped"
 
-    @property
-    def expiry(self) -> bool:
-        """An ending the clock decided: a call still running then is cancelled, not waited for."""
-        return self in (EndReason.IDLE, EndReason.DEADLINE)
-
 
 @dataclass(frozen=True, slots=True)
 class StepView:

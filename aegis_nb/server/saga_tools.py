@@ -73,10 +73,11 @@ def saga_tools(
     async def saga_begin(
         ttl_seconds: Annotated[
             float | None,
-            Field(description="Roll back after this long without a call (default: the server's)."),
+            Field(description="Roll back after this long without a call (default and most: the server's)."),
         ] = None,
         deadline_seconds: Annotated[
-            float | None, Field(description="Roll back after this long in any case (default: the server's).")
+            float | None,
+            Field(description="Roll back after this long in any case (default and most: the server's)."),
         ] = None,
         rollback_on_error: Annotated[
             bool, Field(description="Roll the saga back at the first failed step (default: keep it open).")
