@@ -3,8 +3,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-# Third-party MCP clients (Node 22, MCP Inspector, conformance suite) for tests/test_clients_*.py.
+# Third-party MCP clients (Node 22, MCP Inspector, conformance suite) for tests/test_clients_*.py, and
+# the reference memory server the gateway tests put behind it (tests/real_servers_support.py).
 CLIENTS := tests/clients/node_modules/.installed
+# mcp-server-git (PyPI), another server the gateway tests put behind it, in a venv of its own: its
+# dependencies' pins are its own, not to be mixed with ours.
+GIT_SERVER_VERSION := 2026.10.19
+GIT_SERVER_VENV    := .venvs/mcp-server-git
+GIT_SERVER         := $(GIT_SERVER_VENV)/.installed-$(GIT_SERVER_VERSION)
 
 .PHONY: demo test test-pythons lint bench lab install clients clean assets soak
 
@@ -26,12 +32,19 @@ $(CLIENTS): tests/clients/package.json
 		&& touch node_modules/.installed; \
 	else echo "npm not found: the third-party client tests will skip"; fi
 
-clients: $(CLIENTS)
+$(GIT_SERVER):
+	rm -rf $(GIT_SERVER_VENV)
+	$(PYTHON) -m venv $(GIT_SERVER_VENV)
+	$(GIT_SERVER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(GIT_SERVER_VENV)/bin/python -m pip install --quiet 'mcp-server-git==$(GIT_SERVER_VERSION)'
+	touch $@
+
+clients: $(CLIENTS) $(GIT_SERVER)
 
 demo: $(STAMP)
 	$(VENV)/bin/aegis-nb demo
 
-test: $(STAMP) $(CLIENTS)
+test: $(STAMP) $(CLIENTS) $(GIT_SERVER)
 	$(PY) -m pytest $(PYTEST_ARGS)
 	$(PY) -m pytest --nbval notebooks/ --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 

@@ -63,8 +63,10 @@ def test_the_wheel_holds_every_module_py_typed_and_the_licence_and_nothing_else(
         for path in (ROOT / package).rglob("*.py")
         if "__pycache__" not in path.parts
     )
-    # The mock agency's gateway policy ships beside its code (`aegis-nb gateway --mock`).
+    # The mock agency's gateway policy ships beside its code (`aegis-nb gateway --mock`), and so do
+    # the example policies for third-party servers.
     expected = [*sources, "aegis_nb/py.typed", "aegismcp/py.typed", "aegis_nb/mock/travel_policy.toml"]
+    expected += ["aegis_nb/gateway/examples/memory_policy.toml"]
     expected += [f"{INFO}{name}" for name in ("METADATA", "WHEEL", "entry_points.txt", "RECORD")]
     expected += [f"{INFO}licenses/LICENSE"]
     assert sorted(wheel_files(dist)) == sorted(expected)
