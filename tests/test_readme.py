@@ -97,10 +97,8 @@ def test_the_notebook_blocks_run_in_order_in_one_kernel(tmp_path: Path) -> None:
     shown = {block.line: OUTPUTS[block.line].code for block in cells if block.line in OUTPUTS}
     printed = {block.line: stdout(cell) for block, cell in zip(cells, notebook.cells, strict=True)}
     assert {line: printed[line] for line in shown} == shown
-    # Blocks without an output block print nothing: what a cell prints, the README shows. A saga
-    # magic's cell is the exception: it reports the outcome in words of its own (tests/test_magics.py).
-    quiet = {block.line for block in cells if block.line not in shown and "%%aegis_saga" not in block.code}
-    assert {line: printed[line] for line in quiet if printed[line]} == {}
+    # Blocks without an output block print nothing: what a cell prints, the README shows.
+    assert {line: text for line, text in printed.items() if line not in shown and text} == {}
     # The live view ended as its static picture, which a saved notebook keeps.
     (watch,) = (cell for block, cell in zip(cells, notebook.cells, strict=True) if "LiveView()" in block.code)
     pictures = [o.data["text/html"] for o in watch.outputs if "text/html" in o.get("data", {})]
