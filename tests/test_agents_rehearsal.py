@@ -1,9 +1,8 @@
 """`rehearse_agent` runs the trip agent's policy through the gateway against the mock's faults, one
 tool at a time (failing before it acts, acting and then never answering), and judges each saga by the
-ledger: with the shipped policy, whose undos take the id the booking returned, a call that timed out
-after acting leaves its booking live (the undo could not be called); with undos bound to the step's
-idempotency key instead, every saga ends clean. The table words a run as ``%aegis_rehearse``'s does:
-``rolled back``, ``STUCK``, and a committed run's ledger as what it holds, not "clean"."""
+ledger: with the shipped policy, whose undos take the step's idempotency key, every saga ends clean;
+with undos bound to the id the booking returned instead, a call that timed out after acting leaves its
+booking live (the undo could not be called)."""
 
 from __future__ import annotations
 
@@ -20,21 +19,28 @@ AGENT = TripAgent(deadline_seconds=0.5)
 """The saga's deadline is what ends a call that never answers: half a second, against steps of ms."""
 
 
-def keyed_policy() -> Policy:
-    """The shipped policy with every undo called by the step's idempotency key, not the returned id."""
+def id_policy() -> Policy:
+    """The shipped policy with every undo called by the id the call returned, not the step's key."""
     text = SHIPPED.read_text()
-    for binding in ('booking_id = "/result/booking_id"', 'charge_id = "$response.body#/charge_id"'):
+    for binding, by_id in (
+        ('idempotency_key = "/arguments/idempotency_key"', 'booking_id = "/result/booking_id"'),
+        ('idempotency_key = "$request.body#/idempotency_key"', 'charge_id = "$response.body#/charge_id"'),
+    ):
         assert binding in text
-        text = text.replace(binding, 'idempotency_key = "/arguments/idempotency_key"')
-    return parse_policy(text, "keyed.toml")
+        text = text.replace(binding, by_id)
+    return parse_policy(text, "by_id.toml")
+
+
+def shipped_policy() -> Policy:
+    return parse_policy(SHIPPED.read_text(), str(SHIPPED))
 
 
 async def rehearse(policy: Policy) -> AgentRehearsal:
     return await rehearse_agent(AGENT, lambda agency: Gateway(policy, upstreams={"agency": agency.server}))
 
 
-async def test_with_the_shipped_policy_a_call_that_times_out_after_acting_leaves_its_booking_live() -> None:
-    rehearsal = await rehearse(parse_policy(SHIPPED.read_text(), str(SHIPPED)))
+async def test_with_undos_bound_to_the_returned_id_a_call_that_times_out_after_acting_stays_live() -> None:
+    rehearsal = await rehearse(id_policy())
     assert str(rehearsal) == (
         "scenario                              outcome      ledger after\n"
         "clean run                             committed    1 flight, 1 hotel, 1 charge (€446.00 held)\n"
@@ -53,8 +59,8 @@ async def test_with_the_shipped_policy_a_call_that_times_out_after_acting_leaves
     ]
 
 
-async def test_with_undos_bound_to_the_idempotency_key_every_saga_ends_clean() -> None:
-    rehearsal = await rehearse(keyed_policy())
+async def test_with_the_shipped_policy_undos_bound_to_the_idempotency_key_every_saga_ends_clean() -> None:
+    rehearsal = await rehearse(shipped_policy())
     assert [s.row() for s in rehearsal.scenarios] == [
         ("clean run", "committed", "1 flight, 1 hotel, 1 charge (€446.00 held)"),
         ("book_flight fails", "rolled back", "clean"),
@@ -74,7 +80,7 @@ async def test_with_undos_bound_to_the_idempotency_key_every_saga_ends_clean() -
 async def test_only_the_tools_asked_for_are_faulted() -> None:
     rehearsal = await rehearse_agent(
         AGENT,
-        lambda agency: Gateway(keyed_policy(), upstreams={"agency": agency.server}),
+        lambda agency: Gateway(shipped_policy(), upstreams={"agency": agency.server}),
         tools=["reserve_hotel"],
     )
     assert [s.label for s in rehearsal.scenarios] == [

@@ -206,7 +206,7 @@ def test_the_mock_agency_ships_a_policy_for_every_one_of_its_tools() -> None:
     assert charge is not None
     assert (charge.undo, charge.bindings, charge.secret) == (
         "refund_card",
-        {"charge_id": Binding("$response.body#/charge_id", ("result", "charge_id"))},
+        {"idempotency_key": Binding("$request.body#/idempotency_key", ("arguments", "idempotency_key"))},
         ("card_number",),
     )
 

@@ -62,12 +62,12 @@ async def test_an_upstream_killed_mid_saga_leaves_a_stuck_saga_that_says_what_st
                 "detail": "UpstreamLost: upstream 'agency' stopped answering during 'cancel_flight': "
                 "MCPError: Connection closed",
             },
-            {
+            {  # in doubt, and undone by its key: that undo was called, and lost the upstream too
                 "index": 1,
                 "name": "reserve_hotel",
-                "state": "orphaned",
-                "detail": "cancel_hotel was not called: booking_id (/result/booking_id) did not resolve from "
-                "the call",
+                "state": "stuck",
+                "detail": "UpstreamLost: upstream 'agency' stopped answering during 'cancel_hotel': "
+                "MCPError: Connection closed",
             },
         ],
     )
