@@ -544,7 +544,7 @@ def _add_transport_options(parser: argparse.ArgumentParser) -> None:
         "--unused-session-timeout",
         type=_seconds,
         metavar="SECONDS",
-        help="close a session nothing followed its initialize for this long (default 30)",
+        help="close a session used for nothing but its initialization for this long (default 30)",
     )
 
 

@@ -1,4 +1,4 @@
-"""Serving streamable HTTP safely: Host/Origin allow-lists, a bearer token, and bounded sessions.
+"""Serving streamable HTTP safely: Host/Origin allow-lists, a bearer token, the options' checks.
 
 Over real HTTP: ``aegis-nb mock`` (an `AegisMCP` app, so `AegisMCP.run` with its keyword arguments)
 or ``aegis-nb serve`` of a plain `MCPServer` in a child process on a free port, reached with
@@ -9,32 +9,19 @@ Origin gets 403 and a foreign Host 421, and nothing is charged (the agency's own
 ``list_bookings`` tool). On a loopback address the SDK leaves unchecked (127.0.0.2) the check holds
 too. A token makes every request without it a 401, and never reaches the server's output.
 
-The sessions' deadlines are the SDK's: cancel scopes on the serving loop's clock, in a uvicorn
-process a test cannot give a fake clock. So the session tests use a sub-second unused-session
-timeout and wait for the SDK's own "Session <id> idle timeout" log line of each session, an event
-(the server's stderr read as it comes), not a sleep.
+Session admission (bounded sessions that one peer cannot exhaust) is tests/test_http_session_admission.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import socket
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from subprocess import PIPE
+from collections.abc import Awaitable
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
-from anyio.abc import Process
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
@@ -42,26 +29,19 @@ from aegis_nb.kernel.values import Secret
 from aegis_nb.server.http_security import BearerTokenGate, HttpSecurity, UnsafeServing
 from aegis_nb.server.session import sole_exception
 from tests.conftest import require
-from tests.servers.launch import LINE_TIMEOUT, ROOT, Lines, aegis_nb, free_port, python_child
+from tests.http_serving_support import (
+    INITIALIZE,
+    client,
+    post,
+    served,
+)
+from tests.servers.launch import aegis_nb, free_port, python_child
 
 CARD = "4242424242424242"
 TOKEN = "tok-3f9a61c2e0b7-right"
 WRONG_TOKEN = "tok-77d0c5e1a2f4-wrong"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "bare", "version": "0"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
 SERVER_ERROR = "Server returned an error response"
 """What the mcp client raises for any 4xx or 5xx answer."""
-POST_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 def plain_server() -> MCPServer[Any]:
@@ -75,79 +55,6 @@ def plain_server() -> MCPServer[Any]:
     return server
 
 
-# -- a server in a child process ----------------------------------------------------------------------
-
-
-class ServerLog:
-    """The server's stderr, kept whole and read as it comes; `wait_for` waits on new lines, not a timer."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.ended = False
-        self._changed = anyio.Event()
-
-    async def follow(self, lines: Lines) -> None:
-        try:
-            while True:
-                self.lines.append(await lines.next_line())
-                self._changed.set()
-                self._changed = anyio.Event()
-        except anyio.EndOfStream:
-            self.ended = True
-            self._changed.set()
-
-    async def wait_for(self, found: Callable[[list[str]], bool]) -> None:
-        with anyio.fail_after(LINE_TIMEOUT):
-            while not found(self.lines):
-                assert not self.ended, f"the server exited first:\n{self.text()}"
-                await self._changed.wait()
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
-
-
-@dataclass(frozen=True)
-class Served:
-    origin: str  # scheme://host:port as the test reaches it
-    port: int
-    log: ServerLog
-
-    @property
-    def url(self) -> str:
-        return f"{self.origin}/mcp"
-
-
-@asynccontextmanager
-async def served(*argv: str, host: str = "127.0.0.1", **env: str) -> AsyncIterator[Served]:
-    """``aegis-nb <argv> --transport http --host <host>`` on a free port, from when uvicorn listens."""
-    port = free_port()
-    command = [sys.executable, "-m", "aegis_nb.cli", *argv, "--transport", "http"]
-    command += ["--host", host, "--port", str(port)]
-    environment = {k: v for k, v in os.environ.items() if k != "AEGIS_NB_TOKEN"}
-    environment.update(PYTHONUNBUFFERED="1", **env)
-    process: Process = await anyio.open_process(command, cwd=ROOT, env=environment, stderr=PIPE)
-    log = ServerLog()
-    try:
-        async with anyio.create_task_group() as tasks:
-            assert process.stderr is not None
-            tasks.start_soon(log.follow, Lines(process.stderr))
-            await log.wait_for(lambda lines: any("Uvicorn running on" in line for line in lines))
-            reached = "127.0.0.1" if host == "0.0.0.0" else host
-            yield Served(f"http://{reached}:{port}", port, log)
-            stop(process)  # its stderr ends with its shutdown lines, and `follow` with it
-    finally:
-        stop(process)
-        with anyio.move_on_after(10, shield=True):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-
-
-def stop(process: Process) -> None:
-    with contextlib.suppress(ProcessLookupError):  # asyncio's, once the process has exited
-        process.terminate()
-
-
 def can_bind(host: str) -> bool:
     with socket.socket() as sock:
         try:
@@ -155,16 +62,6 @@ def can_bind(host: str) -> bool:
         except OSError:
             return False
     return True
-
-
-@asynccontextmanager
-async def client(url: str, mode: str = "auto", **headers: str) -> AsyncIterator[Client]:
-    """An mcp client sending `headers` with every request (the SDK leaves a given httpx2 client open)."""
-    async with (
-        httpx2.AsyncClient(headers=headers) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as session,
-    ):
-        yield session
 
 
 async def connected(url: str, mode: str = "auto", **headers: str) -> None:
@@ -184,11 +81,6 @@ async def refused(attempt: Awaitable[object]) -> str:
             raise
         return str(found)
     raise AssertionError("the server served what it should have refused")
-
-
-async def post(url: str, body: dict[str, Any], **headers: str) -> httpx2.Response:
-    async with httpx2.AsyncClient() as http:
-        return await http.post(url, json=body, headers={**POST_HEADERS, **headers})
 
 
 async def charges(url: str, **headers: str) -> list[dict[str, Any]]:
@@ -378,78 +270,6 @@ def test_the_token_shows_in_no_repr() -> None:
     assert repr(BearerTokenGate(plain_server().streamable_http_app(), Secret(TOKEN))) == (
         "BearerTokenGate(token=***)"
     )
-
-
-# -- sessions -----------------------------------------------------------------------------------------
-
-
-async def bare_initializes(url: str, count: int) -> list[tuple[int, str | None]]:
-    """`count` initialize requests, one after another, each answered and then left alone."""
-    answers = []
-    async with httpx2.AsyncClient() as http:
-        for _ in range(count):
-            response = await http.post(url, json=INITIALIZE, headers=POST_HEADERS)
-            answers.append((response.status_code, response.headers.get("mcp-session-id")))
-    return answers
-
-
-def idle_timeouts(lines: list[str]) -> set[str]:
-    """The sessions the SDK says it closed for being idle."""
-    prefix, suffix = "Session ", " idle timeout"
-    return {
-        line[len(prefix) : -len(suffix)]
-        for line in lines
-        if line.startswith(prefix) and line.endswith(suffix)
-    }
-
-
-@pytest.mark.anyio
-async def test_a_burst_of_bare_initializes_fills_no_more_than_the_configured_sessions() -> None:
-    async with served("mock", "--max-sessions", "20") as server:
-        answers = await bare_initializes(server.url, 40)
-        assert [code for code, _ in answers] == [200] * 20 + [503] * 20
-        assert await refused(connected(server.url, "legacy")) == "Too many open sessions"
-        # Protocol 2026-07-28 keeps no sessions: such a client is served all the same.
-        async with client(server.url) as modern:
-            assert (await modern.call_tool("list_bookings", {})).is_error is False
-
-
-@pytest.mark.anyio
-async def test_after_a_burst_of_bare_initializes_a_later_client_is_served_once_they_go_unused() -> None:
-    argv = ["mock", "--max-sessions", "20", "--unused-session-timeout", "0.3"]
-    async with served(*argv) as server:
-        answers = await bare_initializes(server.url, 40)
-        assert {code for code, _ in answers} <= {200, 503}
-        opened = {session for code, session in answers if code == 200}
-        assert len(opened) >= 20
-        assert None not in opened
-        await server.log.wait_for(lambda lines: opened <= idle_timeouts(lines))
-        # Not the SDK's idle timeout (600 s by default here): the unused one closed them.
-        async with client(server.url, "legacy") as agency:
-            result = await agency.call_tool("charge_card", {"amount_cents": 700, "card_number": CARD})
-            assert result.is_error is False
-        assert [c["amount_cents"] for c in await charges(server.url)] == [700]
-
-
-@pytest.mark.anyio
-async def test_a_session_used_after_its_initialize_is_not_closed_as_unused() -> None:
-    async with (
-        served("mock", "--unused-session-timeout", "0.3") as server,
-        httpx2.AsyncClient(headers=POST_HEADERS) as http,
-    ):
-        used_open = await http.post(server.url, json=INITIALIZE)
-        used = used_open.headers["mcp-session-id"]
-        session = {"mcp-session-id": used, "mcp-protocol-version": "2025-11-25"}
-        assert (await http.post(server.url, json=INITIALIZED, headers=session)).status_code == 202
-        # Opened after the used one: had the used one been given the short deadline, it would have
-        # run out first, and the SDK would have said so first.
-        unused = (await http.post(server.url, json=INITIALIZE)).headers["mcp-session-id"]
-        await server.log.wait_for(lambda lines: unused in idle_timeouts(lines))
-        assert used not in idle_timeouts(server.log.lines)
-        pong = await http.post(server.url, json=PING, headers=session)
-        assert pong.status_code == 200
-        gone = await http.post(server.url, json=PING, headers={**session, "mcp-session-id": unused})
-        assert gone.status_code == 404
 
 
 # -- refused options ----------------------------------------------------------------------------------

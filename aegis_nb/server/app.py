@@ -682,9 +682,9 @@ class AegisMCP(MCPServer[Any]):
         loopback, `allowed_hosts` (``HOST[:PORT]``) must name what clients reach the server by, or
         `UnsafeServing` is raised before anything starts; `allowed_origins` (``scheme://host[:port]``)
         are the web pages that may call it. With a `token`, every request needs
-        ``Authorization: Bearer <token>``. Sessions: at most `max_sessions`, closed after
-        `session_idle_timeout` seconds idle, or `unused_session_timeout` after an ``initialize``
-        nothing followed.
+        ``Authorization: Bearer <token>``. Sessions: at most `max_sessions` (a full table closes
+        its least recently active idle one for a newcomer), closed after `session_idle_timeout`
+        seconds idle, or `unused_session_timeout` when used for nothing but their initialization.
         """
         if _transport(transport) is Transport.STDIO:
             serving_logs(self.settings.log_level)  # this process serves: log as the SDK would

@@ -14,10 +14,12 @@ server's constructor rather than in how it is served, and keeps the presented to
 (`hmac.compare_digest`) and answer 401 with ``WWW-Authenticate: Bearer``. It guards every HTTP
 request, the app's custom routes too. The token is a `Secret`: no repr, log or error shows it.
 
-Sessions (protocol 2025-11-25 and older; 2026-07-28 has none) are bounded by the SDK's own
-``max_sessions`` and ``session_idle_timeout``, with safe defaults here, and a session that gets no
-request after the ``initialize`` that opened it is closed after ``unused_session_timeout``
-(`aegis_nb.server.http_sessions`), so a burst of bare initializes does not lock clients out for long.
+Sessions (protocol 2025-11-25 and older; 2026-07-28 has none) are admitted by
+`aegis_nb.server.http_sessions`: at most ``max_sessions`` open, and a full table closes its least
+recently active idle session (one that did nothing beyond its initialization first) rather than
+refusing the newcomer, so one peer flooding ``initialize`` keeps nobody out; a session that did
+nothing beyond its initialization is closed after ``unused_session_timeout``. The SDK's
+``session_idle_timeout`` closes any session with no request in flight for that long.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from aegis_nb.kernel.errors import AegisError
 from aegis_nb.kernel.values import Secret
-from aegis_nb.server.http_sessions import UnusedSessionReaper
+from aegis_nb.server.http_sessions import SessionAdmission
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -45,14 +47,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_SESSIONS: Final = 1000
-"""Sessions open at once. The SDK's 10,000 take 30 s of bare initializes to fill, and 370 MiB."""
+"""Sessions open at once (the SDK's default, 10,000, holds 370 MiB); a newcomer to a full table
+takes an idle session's place."""
 
 DEFAULT_SESSION_IDLE_TIMEOUT: Final = 600.0
 """Seconds a session may go without a request in flight before it is closed (the SDK's: 1800).
 A client holding its GET stream open is never idle."""
 
 DEFAULT_UNUSED_SESSION_TIMEOUT: Final = 30.0
-"""Seconds a session may go without any request after the ``initialize`` that opened it."""
+"""Seconds a session that did nothing beyond its initialization (``initialize``, the ``initialized``
+notification, no GET stream open) is kept. A full table closes such sessions first anyway."""
 
 LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")
 """The Host names allowed on loopback, as the SDK allows them, with the bind address added."""
@@ -201,10 +205,14 @@ def secured_app(server: MCPServer[object], host: str, security: HttpSecurity) ->
     app: ASGIApp = server.streamable_http_app(
         host=host,
         transport_security=checks,
-        max_sessions=security.max_sessions,
+        # The SDK refuses past its limit; ours makes room instead, once an opening is answered,
+        # so the SDK's own limit leaves room for the sessions being opened at that moment.
+        max_sessions=2 * security.max_sessions,
         session_idle_timeout=security.session_idle_timeout,
     )
-    app = UnusedSessionReaper(app, server.session_manager, security.unused_session_timeout)
+    app = SessionAdmission(
+        app, capacity=security.max_sessions, unused_timeout=security.unused_session_timeout
+    )
     if security.token is not None:
         app = BearerTokenGate(app, security.token)
     elif not is_loopback(host):
