@@ -286,7 +286,7 @@ class _Rollback:
 
 def _owed(item: Owed | tuple[StepSpec, AegisContext]) -> Owed:
     """`item` as owed: a group, or one step with its snapshot (recovery passes plain pairs)."""
-    return item if isinstance(item, OwedGroup) else OwedCompensation(*item)
+    return item if isinstance(item, OwedCompensation | OwedGroup) else OwedCompensation(*item)
 
 
 def _stray_cancellation(exc: BaseException) -> bool:
