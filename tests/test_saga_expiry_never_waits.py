@@ -155,3 +155,25 @@ async def test_a_saga_due_mid_call_has_the_call_cancelled_and_its_in_doubt_step_
         ("CompensationSucceeded", "flight"),
         ("SagaRolledBackEvent",),
     ]
+
+
+async def test_a_server_that_stops_cancels_a_call_that_would_hold_it_forever() -> None:
+    ledger: dict[str, str] = {}
+    blocked = HeldBooking(ledger, "charge")  # blocks until released: never, here
+    answer: list[NotOpen] = []
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tasks, released_at_the_end(blocked):
+            async with SagaHandles(engine(), clock=FakeClock()) as handles:
+                ticket = await handles.begin()
+                await handles.step(ticket.handle, Booking(ledger, "flight"))
+                tasks.start_soon(call, handles, ticket.handle, blocked, answer)
+                await blocked.started.wait()
+            assert blocked.cancelled.is_set()
+            assert not blocked.release.is_set()
+    (told,) = answer
+    assert (told.cut_off, told.state.phase, told.state.reason) == (
+        True,
+        Phase.ROLLED_BACK,
+        "the server stopped",
+    )
+    assert ledger == {}

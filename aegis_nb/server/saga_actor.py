@@ -4,10 +4,10 @@
 by an actor task (`run_actor`) in the registry's task group, which receives step, commit and
 rollback requests over a memory stream and answers each (aegis_nb.server.saga_handles).
 
-An ending the clock decided (idle past the TTL, past the deadline) is not held up by a call: the
-registry cancels the call running then (`Entry.cut`), whose step is then in doubt (compensated if
-it is an in-doubt step), and steps still queued never run. Their callers are answered once the saga
-has ended, with `Unserved`, so that what they ask next sees the saga ended.
+An ending the clock decided (idle past the TTL, past the deadline), or the server's stop, is not
+held up by a call: the registry cancels the call running then (`Entry.cut`), whose step is then in
+doubt (compensated if it is an in-doubt step), and steps still queued never run. Their callers are
+answered once the saga has ended, with `Unserved`, so that what they ask next sees the saga ended.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Entry:
     ending: bool = False
     """An ending is asked for (or under way): nothing else is queued."""
     cut: bool = False
-    """The clock ended it: the running call is cancelled, queued steps never run."""
+    """The clock (or the server's stop) ended it: the running call is cancelled, queued steps never run."""
     call: anyio.CancelScope | None = None
     """The scope of the step running now, if any."""
     ended: anyio.Event = field(default_factory=anyio.Event)

@@ -17,7 +17,7 @@ API (the server's saga tools and the gateway use only this)::
         state = await handles.commit(ticket.handle, owner=None)             # -> SagaState (final)
         state = await handles.rollback(ticket.handle, "reason", owner=None) # -> SagaState (final)
         ended = await handles.expire()       # roll back every saga idle past its TTL or past its deadline
-    # leaving the block rolls back every saga still open ("the server stopped")
+    # leaving the block rolls back every saga still open ("the server stopped"), cancelling their calls
 
 Each saga is a run of `engine` like any other (events to the engine's sinks and `sinks`, journal,
 ``aegis-nb runs``), owned by an actor task (aegis_nb.server.saga_actor). A step a caller stopped
@@ -191,11 +191,12 @@ class SagaHandles:
     ) -> bool:
         tasks, self._tasks = self._tasks, None
         assert tasks is not None
-        # Open sagas are rolled back even when the server is cancelled to stop.
+        # Open sagas are rolled back even when the server is cancelled to stop, and a call one
+        # makes is cancelled rather than waited for: a hung upstream must not hold the stop forever.
         with anyio.CancelScope(shield=True):
             for entry in list(self._entries.values()):
                 if entry.phase is Phase.OPEN:
-                    entry.ask(EndRequest(EndReason.STOPPED.value))
+                    entry.cut_off(EndReason.STOPPED)
             for entry in list(self._entries.values()):
                 await entry.ended.wait()
         tasks.cancel_scope.cancel()  # the reaper
