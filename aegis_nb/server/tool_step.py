@@ -1,13 +1,13 @@
 """`ToolPairStep`: a saga step made of two MCP tools, one that acts and one that undoes it.
 
 Execute calls `execute_tool` with arguments built from the context and the step's saga arguments
-(by default the saga kwargs as they are), adds the context's idempotency key, and stores the tool's
-structured result in the metadata under `result_key`, which must not hold a result already (steps
-that call the same tool need result keys of their own). Compensate calls `compensate_tool` with
-arguments built from the context *its own execute produced* and that stored result (``None`` when
-the step is compensated in doubt, because its execute never returned); by default just the same
-idempotency key, so an undo tool can find an effect it was never told about. Works on any
-`ToolCaller`: the mock agency or a real server, in-process, over stdio or HTTP.
+(by default the saga kwargs as they are), sets the context's idempotency key (over any key they
+carry), and stores the tool's structured result in the metadata under `result_key`, which must not
+hold a result already (steps that call the same tool need result keys of their own). Compensate
+calls `compensate_tool` with arguments built from the context *its own execute produced* and that
+stored result (``None`` when the step is compensated in doubt, because its execute never returned);
+by default just the same idempotency key, so an undo tool can find an effect it was never told
+about. Works on any `ToolCaller`: the mock agency or a real server, in-process, over stdio or HTTP.
 
 A tool served by the Python SDK should type its key parameter ``str`` (``""`` for none), as the
 mock agency does: the SDK tries to parse every string sent for a parameter typed otherwise
@@ -129,10 +129,12 @@ class ToolPairStep:
         return None
 
     def _add_key(self, ctx: AegisContext, tool_args: dict[str, Any]) -> None:
+        # Always the step's own, over any key the arguments carry: a key chosen by whoever chose the
+        # saga's kwargs could name another run's effect, which this step's undo would then cancel.
         if self.idempotency_arg is not None:
             key = ctx.idempotency_key
             if key is not None:
-                tool_args.setdefault(self.idempotency_arg, key)
+                tool_args[self.idempotency_arg] = key
 
     def __repr__(self) -> str:
         return f"<ToolPairStep {self.name}: {self.execute_tool} / {self.compensate_tool}>"
