@@ -177,7 +177,12 @@ class JmesPathBinding:
         if ("result" in self.roots and result is None) or ("before" in self.roots and before is None):
             return UNRESOLVED
         # Thawed: JMESPath walks only dicts and lists, and metadata keeps frozen mappings and tuples.
-        document = {"arguments": thaw(arguments), "result": thaw(result), "before": thaw(before)}
+        # Only what the expression reads is thawed (a result may be large).
+        given = {"arguments": arguments, "result": result, "before": before}
+        document = {
+            name: thaw(value) if "@" in self.roots or name in self.roots else None
+            for name, value in given.items()
+        }
         try:
             value = self.compiled.search(document)
         except jmespath_errors.JMESPathError:  # a function given the wrong type on this call's values
