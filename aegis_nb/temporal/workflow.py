@@ -2,20 +2,18 @@
 
 Each step's execute and each compensation attempt is one activity (`activities.py`); the workflow
 keeps the order, the snapshots, the deadlines and the events, on workflow time (Unix seconds, from
-history, so a replay after a worker crash rebuilds exactly the same run). The rules are the
-engine's, decided by the same functions (`saga.rules`); what is Temporal's own stays here:
+history, so a replay after a worker crash rebuilds exactly the same run). Every decision the engine
+makes is made here by the same functions (`saga.rules`): admission under the deadline, a group's
+member start, accepting a result, the failure event, what is owed and in what order, the retry
+schedule. What is Temporal's own stays here:
 
-- forward in order; the context a step returns is its snapshot; past the deadline, `StepTimedOut`;
-- on any failure, compensate completed steps newest first, each with its own snapshot and a fresh
-  budget, plus the failed step if it is in doubt and was not refused (a refusing `ToolError`);
 - compensation retries run *here*, one activity per attempt, so each attempt has its own
   `CompensationStarted`/`CompensationFailed` events and the step's `RetryPolicy` backoff is a
   durable workflow timer. Temporal's own activity retries are kept for what is not the step's
   fault: a worker that died or stopped heartbeating (the attempt runs again elsewhere, with the same
   idempotency key), at most `WORKER_LOSS_ATTEMPTS` times. A step whose attempt was lost may have
   acted, so it is owed its compensation when it finally fails, in doubt or not;
-- a step refused before it starts (no time left, or the workflow cancelled between steps) was not
-  run: it is neither the failed step nor compensated, as in the engine;
+- a workflow cancelled between steps starts no further step (refused, as one with no time left);
 - a workflow cancellation reaches the running step (a step that completes all the same counts as
   succeeded, and is compensated), the rollback runs shielded from it, and the workflow then ends
   cancelled, the outcome left in its memo (a cancelled workflow has no result).
@@ -133,8 +131,11 @@ Owed: TypeAlias = "OwedStep | OwedGroup[OwedStep]"
 """What the rollback undoes: one step, or a group's members."""
 
 
-class _GroupFailed(Exception):
-    """A parallel group failed; its members' events are recorded already. `error`: the saga's failure."""
+class _Failed(Exception):
+    """A step or a parallel group failed, its events recorded and its debts noted.
+
+    `error`: the saga's failure.
+    """
 
     def __init__(self, error: StepError) -> None:
         super().__init__(str(error))
@@ -159,41 +160,63 @@ class _Run:
                 *recorder.header(), saga=plan.saga, steps=names, deadline=current.deadline, context=current
             )
         )
-        running: StepRecord | None = None
-        step_input, step_started = current, workflow.time()
         try:
             for entry in _entries(plan.steps):
                 if entry[0].group is not None:
                     current = await self._run_group(entry, current)
-                    continue
-                (step,) = entry
-                step_input = restamp(current, current.deadline, recorder.run_id, step.index)
-                step_started = workflow.time()
-                limit = self._limit(step, step_input, step_started)
-                running = step
-                await recorder.record(StepStarted(*recorder.header(), index=step.index, step=step.name))
-                result = await self._execute(step, step_input, limit, step_started)
-                current = accept(step.name, step_input, result)
-                self.owed.append((step, current))
-                running = None
-                now = workflow.time()
-                duration = now - step_started
-                await recorder.record(
-                    StepSucceeded(
-                        *recorder.header(),
-                        index=step.index,
-                        step=step.name,
-                        duration=duration,
-                        context=current,
-                    )
-                )
+                else:
+                    (step,) = entry
+                    step_input = restamp(current, current.deadline, recorder.run_id, step.index)
+                    current = await self._step(step, step_input, self.owed.append)
         except (Exception, asyncio.CancelledError) as exc:
-            return await self._fail(exc, running, step_input, step_started)
+            return await self._fail(exc)
         duration = workflow.time() - self.started
         await recorder.record(
             SagaCommitted(*recorder.header(), saga=plan.saga, duration=duration, context=current)
         )
         return _outcome(recorder)
+
+    async def _step(
+        self,
+        step: StepRecord,
+        step_input: AegisContext,
+        owe: Callable[[OwedStep], object],
+        settle: Callable[[StepError], StepError] = lambda error: error,
+        on_start: Callable[[workflow.ActivityHandle[Any]], object] | None = None,
+    ) -> AegisContext:
+        """Run `step` on `step_input` as the engine's `Execution._execute` does: admitted, recorded,
+        executed, its result accepted and recorded, what it owes noted; its output.
+
+        A failure once it began is recorded as `settle` names it (a group's member may have been
+        cut off by a sibling), noted as owed if it may have acted, and raised as `_Failed`.
+        """
+        recorder = self.recorder
+        started = workflow.time()
+        limit = self._limit(step, step_input, started)
+        group = None if step.group is None else step.group.start
+        await recorder.record(StepStarted(*recorder.header(), index=step.index, step=step.name, group=group))
+        try:
+            result = await self._execute(step, step_input, limit, started, on_start)
+            output = accept(step.name, step_input, result)
+        except (Exception, asyncio.CancelledError) as exc:
+            error = settle(describe(exc))
+            if owes_compensation(step.in_doubt, error.info, lost=error.lost):
+                owe((step, step_input))
+            await self._record_failure(step, started, error, group)
+            raise _Failed(error) from None
+        owe((step, output))
+        duration = workflow.time() - started
+        await recorder.record(
+            StepSucceeded(
+                *recorder.header(),
+                index=step.index,
+                step=step.name,
+                duration=duration,
+                context=output,
+                group=group,
+            )
+        )
+        return output
 
     def _limit(self, step: StepRecord, step_input: AegisContext, step_started: float) -> float:
         """When `step`, starting now, is cut off; a step refused before it starts raises (`admit`),
@@ -211,10 +234,10 @@ class _Run:
         members that succeeded and the in-doubt ones that failed (in start order), then the first
         failure is the saga's. Two members writing one key differently fail the group.
         """
-        recorder = self.recorder
+        run_id = self.recorder.run_id
         group = members[0].group
         assert group is not None
-        owed: list[tuple[StepRecord, AegisContext]] = []
+        owed: list[OwedStep] = []
         outputs: dict[int, AegisContext] = {}
         failed: list[StepError] = []
         handles: dict[int, workflow.ActivityHandle[Any]] = {}
@@ -222,48 +245,28 @@ class _Run:
         async def member(step: StepRecord) -> None:
             if not member_starts(failed):  # a sibling failed before this member's turn came
                 return
-            step_input = restamp(start, start.deadline, recorder.run_id, step.index)
-            started = workflow.time()
-            began = False
-            try:
-                limit = self._limit(step, step_input, started)
-                await recorder.record(
-                    StepStarted(*recorder.header(), index=step.index, step=step.name, group=group.start)
-                )
-                began = True
-                result = await self._execute(
-                    step, step_input, limit, started, on_start=partial(handles.__setitem__, step.index)
-                )
-                output = accept(step.name, step_input, result)
-            except (Exception, asyncio.CancelledError) as exc:
+
+            def settle(error: StepError) -> StepError:
                 handles.pop(step.index, None)
-                error = describe(exc)
                 if error.kind is FailureKind.CANCELLED and failed and workflow.cancellation_reason() is None:
                     # Cut off by a sibling's failure: named so, and not the saga's failure.
-                    error = StepError(sibling_cancelled(failed[0].info.type), FailureKind.CANCELLED)
-                else:
-                    failed.append(error)
-                    for handle in handles.values():  # the group's failure: cancel the others
-                        if not handle.done():
-                            handle.cancel()
-                if began:  # a member refused before it started is neither recorded nor owed
-                    if owes_compensation(step.in_doubt, error.info, lost=error.lost):
-                        owed.append((step, step_input))
-                    await self._record_failure(step, started, error, group.start)
-                return
-            handles.pop(step.index, None)
-            outputs[step.index] = output
-            owed.append((step, output))
-            await recorder.record(
-                StepSucceeded(
-                    *recorder.header(),
-                    index=step.index,
-                    step=step.name,
-                    duration=workflow.time() - started,
-                    context=output,
-                    group=group.start,
+                    return StepError(sibling_cancelled(failed[0].info.type), FailureKind.CANCELLED)
+                failed.append(error)
+                for handle in handles.values():  # the group's failure: cancel the others
+                    if not handle.done():
+                        handle.cancel()
+                return error
+
+            step_input = restamp(start, start.deadline, run_id, step.index)
+            try:
+                outputs[step.index] = await self._step(
+                    step, step_input, owed.append, settle, partial(handles.__setitem__, step.index)
                 )
-            )
+            except _Failed:
+                pass  # recorded, owed and settled
+            except (Exception, asyncio.CancelledError) as exc:  # refused before it began: not recorded
+                settle(describe(exc))
+            handles.pop(step.index, None)
 
         try:
             await asyncio.gather(*(member(step) for step in members))
@@ -271,12 +274,12 @@ class _Run:
             if (settled := owed_group(owed, _index, group.compensation)) is not None:
                 self.owed.append(settled)
         if failed:
-            raise _GroupFailed(failed[0])
+            raise _Failed(failed[0])
         ordered = [outputs[step.index] for step in members]
         try:
             return merge_outputs(start, ordered, [step.name for step in members])
         except Exception as exc:
-            raise _GroupFailed(describe(exc)) from None
+            raise _Failed(describe(exc)) from None
 
     async def _execute(
         self,
@@ -318,25 +321,15 @@ class _Run:
             info = ErrorInfo("StepResultError", f"step {step.name!r}: {exc}")
             raise StepError(info, FailureKind.ERROR) from None
 
-    async def _fail(
-        self,
-        exc: BaseException,
-        failed: StepRecord | None,
-        step_input: AegisContext,
-        step_started: float,
-    ) -> dict[str, Any]:
+    async def _fail(self, exc: BaseException) -> dict[str, Any]:
+        """Roll back what is owed after `exc` stopped the forward phase; the outcome, or the
+        cancellation the workflow ends in."""
         recorder, plan = self.recorder, self.plan
-        if isinstance(exc, _GroupFailed):  # its members are recorded, and their debts noted
-            error, failed = exc.error, None
-        else:
-            error = describe(exc)
+        # Recorded and owed already, unless refused (or cancelled) before it began.
+        error = exc.error if isinstance(exc, _Failed) else describe(exc)
         kind, cause = error.kind, error.info
         if kind is FailureKind.CANCELLED:
             self.cancel_seen = True
-        if failed is not None:
-            await self._record_failure(failed, step_started, error, None)
-            if owes_compensation(failed.in_doubt, cause, lost=error.lost):
-                self.owed.append((failed, step_input))
         await self._roll_back(reversed(self.owed))
         await conclude_rollback(recorder, plan.saga, self.started, kind, cause)
         outcome = _outcome(recorder)
