@@ -20,13 +20,30 @@ from aegis_nb.mock import Ledger
 from aegis_nb.saga.engine import WorkflowEngine
 from aegis_nb.saga.retry import RetryPolicy
 from tests.servers.launch import ROOT, aegis_nb
-from tests.test_gateway_policy_errors import SHIPPED
 
-# The mock agency, started by a stub that first writes its pid (exec keeps it), so the test can kill it.
-LAUNCH = (
-    "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+# The mock agency, started by a stub that first writes its pid (exec keeps it), so the test can kill it;
+# started once only: the gateway's attempts to start it again fail, so it stays down.
+LAUNCH_ONCE = (
+    "import os, sys; os.path.exists(sys.argv[1]) and sys.exit(1); "
+    "open(sys.argv[1], 'w').write(str(os.getpid())); "
     "os.execv(sys.executable, [sys.executable, '-m', 'aegis_nb.cli', 'mock', '--ledger', sys.argv[2]])"
 )
+
+POLICY = """\
+[upstreams.agency]
+command = "aegis-nb"
+args = ["mock"]
+
+[tools.book_flight]
+kind = "compensable"
+undo = "cancel_flight"
+undo_args = { booking_id = "/result/booking_id" }
+
+[tools.reserve_hotel]
+kind = "compensable"
+undo = "cancel_hotel"
+undo_args = { booking_id = "/result/booking_id" }
+"""
 
 
 @pytest.mark.slow
@@ -34,10 +51,10 @@ LAUNCH = (
 async def test_an_upstream_killed_mid_saga_leaves_a_stuck_saga_that_says_what_stands(tmp_path: Path) -> None:
     pidfile, ledger = tmp_path / "pid", tmp_path / "ledger.db"
     agency = StdioServerParameters(
-        command=sys.executable, args=["-c", LAUNCH, str(pidfile), str(ledger)], cwd=ROOT
+        command=sys.executable, args=["-c", LAUNCH_ONCE, str(pidfile), str(ledger)], cwd=ROOT
     )
     engine = WorkflowEngine(compensation_retry=RetryPolicy(attempts=2, initial_delay=0.0))
-    gateway = Gateway(parse_policy(SHIPPED.read_text()), upstreams={"agency": agency}, engine=engine)
+    gateway = Gateway(parse_policy(POLICY), upstreams={"agency": agency}, engine=engine)
     async with Client(gateway) as client:
         saga = ((await client.call_tool("saga_begin", {})).structured_content or {})["saga"]
         booked = await client.call_tool("book_flight", {"destination": "Oslo", "saga": saga})
@@ -59,15 +76,16 @@ async def test_an_upstream_killed_mid_saga_leaves_a_stuck_saga_that_says_what_st
                 "index": 0,
                 "name": "book_flight",
                 "state": "stuck",
-                "detail": "UpstreamLost: upstream 'agency' stopped answering during 'cancel_flight': "
-                "MCPError: Connection closed",
+                # Not sent: the upstream is down (the gateway's attempts to start it again fail).
+                "detail": "ToolError: cancel_flight was not called: upstream 'agency' is not connected (it "
+                "stopped answering; the gateway is reconnecting it): try again later",
             },
-            {  # in doubt, and undone by its key: that undo was called, and lost the upstream too
+            {  # in doubt, and no answer to bind its undo from
                 "index": 1,
                 "name": "reserve_hotel",
-                "state": "stuck",
-                "detail": "UpstreamLost: upstream 'agency' stopped answering during 'cancel_hotel': "
-                "MCPError: Connection closed",
+                "state": "orphaned",
+                "detail": "cancel_hotel was not called: booking_id (/result/booking_id) did not resolve "
+                "from the call",
             },
         ],
     )

@@ -172,7 +172,8 @@ def describe_target(target: object) -> str:
     return f"of type {type(target).__name__}"
 
 
-_URL: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
+_URL: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>()]*[^\s'\"<>().,;:!?]")
+"""A URL in free text: it ends before a space, a quote or bracket, and any punctuation that ends it."""
 _HIDDEN: Final = "***"
 
 
