@@ -215,6 +215,21 @@ def test_the_waits_between_attempts_are_the_policys_and_the_last_attempt_gives_u
     assert waits == [*policy.delays(), None]
 
 
+@pytest.mark.parametrize(
+    ("policy", "waits"),
+    [
+        (RetryPolicy(attempts=4, initial_delay=3, multiplier=10**300, max_delay=7), [3, 7, 7, None]),
+        (RetryPolicy(attempts=4, initial_delay=0.5, multiplier=1e300, max_delay=2), [0.5, 2, 2, None]),
+        (RetryPolicy(attempts=3, initial_delay=0.1), [0.1, 0.2, None]),
+        (RetryPolicy.never(), [None]),
+    ],
+)
+def test_waits_that_would_overflow_are_capped_as_they_grow(
+    policy: RetryPolicy, waits: list[float | None]
+) -> None:
+    assert [rules.backoff(policy, attempt) for attempt in range(1, policy.attempts + 1)] == waits
+
+
 def test_a_steps_own_policy_wins_over_the_runs() -> None:
     own, default = RetryPolicy(attempts=5), RetryPolicy()
     assert rules.retry_policy(own, default) is own
