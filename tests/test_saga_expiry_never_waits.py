@@ -24,6 +24,9 @@ pytestmark = pytest.mark.anyio
 WAIT = 30.0
 """Seconds to wait for what must happen promptly: generous, for a loaded machine; never reached."""
 
+HOUR = 3600.0
+"""A TTL in fake seconds: the reaper's own timer (real seconds) never fires while a test runs."""
+
 
 async def call(handles: SagaHandles, handle: str, step: object, told: list[NotOpen]) -> None:
     """A caller whose step the saga's end cuts off: it is told so, as `NotOpen`."""
@@ -50,20 +53,25 @@ async def test_a_call_that_will_not_stop_holds_up_no_other_sagas_rollback() -> N
         if isinstance(event, SagaRolledBackEvent):
             rolled_back.setdefault(event.run_id, anyio.Event()).set()
 
-    # Real (loop) time, tiny TTLs: the reaper on its own, as a server runs it.
+    # The reaper on its own, as a server runs it, on a fake clock: it wakes when a saga begins,
+    # and times out only after as many real seconds as the fake ones it waits for (never, here).
+    clock = FakeClock()
     stuck_call = HeldBooking(ledger, "flight", shielded=True)
     async with (
-        SagaHandles(engine(), ttl=600, sinks=[watch]) as handles,
+        SagaHandles(engine(), ttl=HOUR, timeout=None, sinks=[watch], clock=clock) as handles,
         anyio.create_task_group() as tasks,
         released_at_the_end(stuck_call),
     ):
-        busy = await handles.begin(ttl=0.05)
+        busy = await handles.begin()
         tasks.start_soon(call, handles, busy.handle, stuck_call, [])
         await stuck_call.started.wait()
+        clock.now += HOUR
+        idle = await handles.begin()  # wakes the reaper, which finds the busy saga due
         with anyio.fail_after(WAIT):
             await stuck_call.cancelled.wait()  # the reaper has ended the busy saga: its call was told
-        idle = await handles.begin(ttl=0.05)
         await handles.step(idle.handle, Booking(ledger, "hotel"))
+        clock.now += HOUR
+        await handles.begin()  # wakes the reaper again: now the idle saga is due
         with anyio.fail_after(WAIT):
             await rolled_back.setdefault(idle.run_id, anyio.Event()).wait()
         assert (await handles.status(idle.handle)).phase is Phase.ROLLED_BACK
@@ -79,25 +87,22 @@ async def test_expire_returns_every_due_saga_at_once_though_one_call_never_stops
     clock = FakeClock()
     stuck_call = HeldBooking(ledger, "flight", shielded=True)
     async with (
-        SagaHandles(engine(), ttl=60, clock=clock) as handles,
+        SagaHandles(engine(), ttl=2 * HOUR, timeout=None, clock=clock) as handles,
         anyio.create_task_group() as tasks,
         released_at_the_end(stuck_call),
     ):
-        busy = await handles.begin(ttl=10)
+        busy = await handles.begin(ttl=HOUR)
         tasks.start_soon(call, handles, busy.handle, stuck_call, [])
         await stuck_call.started.wait()
-        idle = await handles.begin(ttl=20)
+        idle = await handles.begin(ttl=2 * HOUR)
         await handles.step(idle.handle, Booking(ledger, "hotel"))
-        clock.now += 10
-        ended: list[Phase] = []
-
-        async def expire() -> None:
-            ended.extend(state.phase for state in await handles.expire())
-
-        tasks.start_soon(expire)
+        clock.now += HOUR
+        # The busy saga is due: this expiry (or the reaper, whichever runs first) ends it, and
+        # waits for its call, which does not stop when cancelled.
+        tasks.start_soon(handles.expire)
         with anyio.fail_after(WAIT):
             await stuck_call.cancelled.wait()
-        clock.now += 10  # now the idle one is due too, while the first expiry still waits
+        clock.now += HOUR  # now the idle one is due too, while the busy one's ending still waits
         with anyio.fail_after(WAIT):
             (idle_state,) = await handles.expire()
         assert (idle_state.run_id, idle_state.phase, idle_state.reason) == (
@@ -105,13 +110,15 @@ async def test_expire_returns_every_due_saga_at_once_though_one_call_never_stops
             Phase.ROLLED_BACK,
             "idle past its TTL",
         )
-        assert ended == []  # the busy saga's expiry waits for its call; nothing else did
-    assert ended == [Phase.ROLLED_BACK]
+        assert (await handles.status(busy.handle)).phase is Phase.OPEN  # its call still holds on
+    final = await handles.status(busy.handle)
+    assert (final.phase, final.reason) == (Phase.ROLLED_BACK, "idle past its TTL")
     assert ledger == {}
 
 
 @pytest.mark.parametrize(
-    ("ttl", "saga_timeout", "reason"), [(10, 600, "idle past its TTL"), (1000, 600, "past its deadline")]
+    ("ttl", "saga_timeout", "reason"),
+    [(HOUR, 10 * HOUR, "idle past its TTL"), (10 * HOUR, HOUR, "past its deadline")],
 )
 async def test_a_saga_due_mid_call_has_the_call_cancelled_and_its_in_doubt_step_undone(
     ttl: float, saga_timeout: float, reason: str
