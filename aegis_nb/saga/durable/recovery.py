@@ -62,6 +62,7 @@ from aegis_nb.saga.parallel import merge_outputs
 from aegis_nb.saga.recorder import RunRecorder
 from aegis_nb.saga.retry import RetryPolicy
 from aegis_nb.saga.rollback import Owed, OwedCompensation, OwedGroup, conclude_rollback, roll_back
+from aegis_nb.saga.rules import cancelled_by_sibling
 from aegis_nb.saga.sinks import SinkSet
 
 CRASH = ErrorInfo("ProcessCrashed", "the process running the saga stopped before the run finished")
@@ -205,7 +206,7 @@ def _sibling_cancelled(event: StepFailed | StepTimedOut) -> bool:
     return (
         isinstance(event, StepFailed)
         and event.kind is FailureKind.CANCELLED
-        and event.error.type == "Cancelled"
+        and cancelled_by_sibling(event.error)
     )
 
 
