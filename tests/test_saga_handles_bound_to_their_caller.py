@@ -25,6 +25,7 @@ from mcp.types import CallToolResult, TextContent
 
 from aegis_nb.gateway import Gateway, parse_policy
 from aegis_nb.mock import TravelAgency
+from aegis_nb.server.app import AegisMCP
 from aegis_nb.server.callers import Callers
 from aegis_nb.server.saga_handles import REFUSAL
 from tests.servers.launch import http_server
@@ -145,3 +146,37 @@ def test_the_sdk_auths_principal_is_the_caller_whatever_else_is_known() -> None:
         assert callers.of(None) == 'principal:["agent-7", null, "ada"]'
     finally:
         auth_context_var.reset(bound)
+
+
+def desk(ledger: dict[str, str]) -> AegisMCP:
+    """An `AegisMCP` app whose one booking tool is compensable, on `ledger`."""
+    app = AegisMCP("desk")
+
+    async def cancel(arguments: object, result: object, key: str) -> None:
+        del ledger[key]
+
+    @app.tool(compensate=cancel)
+    async def book_flight(destination: str, idempotency_key: str = "") -> str:
+        """Book a flight."""
+        ledger[idempotency_key] = destination
+        return destination
+
+    return app
+
+
+async def test_two_in_process_clients_of_one_server_each_reach_their_own_sagas_only() -> None:
+    ledger: dict[str, str] = {}
+    app = desk(ledger)
+    async with Client(app) as alice:
+        handle = await begin_and_book(alice)
+        async with Client(app) as bob:
+            tries = await tried_by(bob, handle)
+            theirs = await begin_and_book(bob)
+            mine = answer(await alice.call_tool("saga_status", {"saga": handle}))
+        kept = await untouched(alice, handle)  # after Bob left, whose sagas rolled back with him
+        gone = answer(await alice.call_tool("saga_status", {"saga": theirs}))
+    assert tries == [(True, REFUSAL, REFUSED)] * 4
+    assert mine[0] is False
+    assert kept == ([("book_flight", "live")], "open", "committed")
+    assert gone == (True, REFUSAL, REFUSED)
+    assert sorted(ledger.values()) == ["Nice"]

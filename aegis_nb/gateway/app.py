@@ -124,7 +124,7 @@ class Gateway(AegisMCP):
             **kwargs,
         )
         # The saga tools of AegisMCP's compensable tools, over the gateway's own registry.
-        for tool_name, tool in saga_tools(lambda: self._handles, self.callers.of).items():
+        for tool_name, tool in saga_tools(lambda request: self._handles, self.callers.of).items():
             self.add_tool(tool, tool_name, structured_output=False)
 
     # -- the upstream sessions ------------------------------------------------------------------

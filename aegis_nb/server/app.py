@@ -76,6 +76,7 @@ from aegis_nb.server.saga_handles import (
     DEFAULT_TTL,
     SagaHandles,
 )
+from aegis_nb.server.saga_serving import SagaServing
 from aegis_nb.server.saga_tools import SAGA_TOOLS, saga_lifespan, saga_tools
 from aegis_nb.server.sdklogging import root_logger_kept, serving_logs
 from aegis_nb.server.signature import REQUEST_PARAM, publish_signature, request_context, request_meta
@@ -176,7 +177,7 @@ class AegisMCP(MCPServer[Any]):
         self.callers = callers
         self._compensable: dict[str, CompensableCall] = {}
         self._checkers: dict[str, ArgumentChecker] = {}
-        self._saga_handles: SagaHandles | None = None
+        self._sagas = SagaServing(self._saga_registry)
         self.temporal = temporal
         self._remote_runs: RemoteRuns | None = None
         if temporal is not None:
@@ -472,8 +473,9 @@ class AegisMCP(MCPServer[Any]):
 
     @property
     def saga_handles(self) -> SagaHandles | None:
-        """The open agent sagas while the server serves (None before, after, or with no compensable tool)."""
-        return self._saga_handles
+        """The open agent sagas while the server serves (None before, after, with no compensable tool,
+        or while several in-process clients each have their own: see aegis_nb.server.saga_serving)."""
+        return self._sagas.only()
 
     @property
     def compensable_tools(self) -> Mapping[str, CompensableCall]:
@@ -515,7 +517,7 @@ class AegisMCP(MCPServer[Any]):
             plain,
             step,
             hidden,
-            lambda: self._saga_handles,
+            self._sagas.of,
             REQUEST_PARAM,
             lambda arguments: self._refused_arguments(tool_name, arguments),
             self.callers.of,
@@ -547,27 +549,27 @@ class AegisMCP(MCPServer[Any]):
                     f"compensable tools need the saga tool {tool_name!r}, and a tool of that name is "
                     "already registered"
                 )
-        for tool_name, fn in saga_tools(lambda: self._saga_handles, self.callers.of).items():
+        for tool_name, fn in saga_tools(self._sagas.of, self.callers.of).items():
             self.add_tool(fn, tool_name, structured_output=False)
 
     @asynccontextmanager
-    async def _serving_sagas(self) -> AsyncIterator[None]:
-        """Hold the agent sagas while serving; leaving rolls back those still open."""
+    async def _serving_sagas(self, state: object) -> AsyncIterator[None]:
+        """Hold the agent sagas of one run of the lifespan (whose requests see `state`) while it
+        serves; leaving rolls back those still open."""
         if not self._compensable:
             yield
             return
-        async with SagaHandles(
+        async with self._sagas.serving(state):
+            yield
+
+    def _saga_registry(self) -> SagaHandles:
+        return SagaHandles(
             self.workflow_engine,
             ttl=self.saga_ttl,
             timeout=self.saga_timeout,
             max_open=self.saga_max_open,
             max_open_per_caller=self.saga_max_open_per_caller,
-        ) as handles:
-            self._saga_handles = handles
-            try:
-                yield
-            finally:
-                self._saga_handles = None
+        )
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None

@@ -23,7 +23,7 @@ from aegis_nb.kernel.values import thaw
 from aegis_nb.server.compensable import SAGA_ARGUMENT, SAGA_META_KEY, STEP_META_KEY, CompensableCall
 from aegis_nb.server.results import error_result, timed_out_result
 from aegis_nb.server.saga_handles import HandleRefused, NotOpen, SagaHandles
-from aegis_nb.server.saga_tools import Owner
+from aegis_nb.server.saga_tools import Owner, Registry
 from aegis_nb.server.signature import request_meta
 
 HandleArgument = Annotated[
@@ -36,7 +36,7 @@ def compensable_runner(
     plain: Callable[..., Awaitable[Any]],
     step: CompensableCall,
     secret: frozenset[str],
-    handles: Callable[[], SagaHandles | None],
+    handles: Registry,
     request_param: str,
     refused: Callable[[Mapping[str, Any]], CallToolResult | None],
     owner: Owner,
@@ -59,10 +59,11 @@ def compensable_runner(
             handle = meta.get(SAGA_META_KEY) or ""
         if not handle:
             return await plain(**kwargs)
-        registry = handles()
+        request = kwargs.pop(request_param, None)
+        registry = handles(request)
         if registry is None:
             return error_result("sagas are served only while the server runs", refused=True)
-        caller = owner(kwargs.pop(request_param, None))
+        caller = owner(request)
         if step.key_argument is not None:
             kwargs.pop(step.key_argument, None)  # inside a saga, the step's own key is sent
         hidden = tuple(value for name, value in kwargs.items() if name in secret and isinstance(value, str))

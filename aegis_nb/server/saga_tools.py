@@ -36,20 +36,25 @@ Owner = Callable[[Context[Any, Any] | None], str | None]
 """The identity of a request's caller (`aegis_nb.server.callers.Callers.of`)."""
 
 
+Registry = Callable[[Context[Any, Any] | None], SagaHandles | None]
+"""The registry serving a request (None: sagas are not served now)."""
+
+
 def saga_lifespan(
     inner: Lifespan | None,
-    serving: Callable[[Any], AbstractAsyncContextManager[None]],
+    serving: Callable[[Any, object], AbstractAsyncContextManager[None]],
     connected: Callable[[object], AbstractAsyncContextManager[None]],
 ) -> Lifespan:
     """`inner` (the app's own lifespan, recovery included), then the saga handles, while serving;
-    each run is `connected` as the connection its requests come over (see `Callers.connected`)."""
+    each run is `connected` as the connection its requests come over (see `Callers.connected`), and
+    `serving` is given the run's state, which its requests see (see `SagaServing`)."""
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[Any]:
         async with (
             nullcontext({}) if inner is None else inner(app) as state,
             connected(state),
-            serving(app),
+            serving(app, state),
         ):
             yield state
 
@@ -64,10 +69,8 @@ def answer(structure: dict[str, Any], *, is_error: bool = False) -> CallToolResu
     )
 
 
-def saga_tools(
-    handles: Callable[[], SagaHandles | None], owner: Owner
-) -> dict[str, Callable[..., Awaitable[CallToolResult]]]:
-    """The four tools by name, reading the registry `handles()` gives (None: not serving), each
+def saga_tools(handles: Registry, owner: Owner) -> dict[str, Callable[..., Awaitable[CallToolResult]]]:
+    """The four tools by name, over the registry `handles(request)` gives (None: not serving), each
     saga bound to `owner` of the request that began it."""
 
     async def saga_begin(
@@ -87,7 +90,7 @@ def saga_tools(
         """Begin a saga: pass the returned `saga` handle to compensable tools to make each call a step;
         end it with saga_commit or saga_rollback, or it is rolled back when idle past its TTL.
         The TTL and deadline may be shorter than the server's, not longer."""
-        registry = handles()
+        registry = handles(ctx)
         if registry is None:
             return error_result(NOT_SERVING, refused=True)
         try:
@@ -103,12 +106,12 @@ def saga_tools(
 
     async def saga_status(saga: Handle, ctx: Context[Any, Any] | None = None) -> CallToolResult:
         """The saga's steps so far, each live, failed, undone, orphaned or stuck, and its TTL left."""
-        return await _over(handles, lambda registry: registry.status(saga, owner=owner(ctx)))
+        return await _over(handles(ctx), lambda registry: registry.status(saga, owner=owner(ctx)))
 
     async def saga_commit(saga: Handle, ctx: Context[Any, Any] | None = None) -> CallToolResult:
         """Commit the saga: its steps stand. An error if it ended otherwise (its status says how)."""
         return await _over(
-            handles, lambda registry: registry.commit(saga, owner=owner(ctx)), wanted=Phase.COMMITTED
+            handles(ctx), lambda registry: registry.commit(saga, owner=owner(ctx)), wanted=Phase.COMMITTED
         )
 
     async def saga_rollback(
@@ -119,7 +122,7 @@ def saga_tools(
         """Undo every step of the saga that stands, newest first. An error if it did not end rolled
         back: committed already, or stuck with something left standing (its status says what)."""
         return await _over(
-            handles,
+            handles(ctx),
             lambda registry: registry.rollback(saga, reason or "the agent asked", owner=owner(ctx)),
             wanted=Phase.ROLLED_BACK,
         )
@@ -133,13 +136,12 @@ def saga_tools(
 
 
 async def _over(
-    handles: Callable[[], SagaHandles | None],
+    registry: SagaHandles | None,
     act: Callable[[SagaHandles], Awaitable[SagaState]],
     *,
     wanted: Phase | None = None,
 ) -> CallToolResult:
     """`act`'s state as the answer; an error when `wanted` (the end asked for) is not how it ended."""
-    registry = handles()
     if registry is None:
         return error_result(NOT_SERVING, refused=True)
     try:
