@@ -70,7 +70,7 @@ async def test_a_hostile_listing_drafts_only_quoted_names_and_one_upstream(tmp_p
     assert policy.upstreams == (UPSTREAM,)
     book = policy.tool("book_room")
     assert book is not None
-    assert {name: binding.tokens for name, binding in book.undo_args} == {
+    assert {name: getattr(binding, "tokens", None) for name, binding in book.undo_args} == {
         ROOM_ARG: ("arguments", ROOM_ARG),
         "room": ("arguments", "room"),
     }
@@ -160,3 +160,18 @@ async def test_the_gateway_names_hostile_tools_on_stderr_escaped(tmp_path: Path)
         f"gateway: rent_car {served} irreversible (from its annotations)",
     ]
     assert control_characters("\n".join(stderr)) == []
+
+
+def test_a_policy_error_naming_hostile_tools_is_one_escaped_line(tmp_path: Path) -> None:
+    policy = tmp_path / "hostile.toml"
+    policy.write_text(
+        f'[upstreams.python]\ncommand = "{sys.executable}"\nargs = ["tests/servers/hostile_upstream.py"]\n\n'
+        '[tools.nope]\nkind = "read_only"\n'
+    )
+    done = aegis_nb("gateway", str(policy))
+    assert (done.returncode, done.stdout, done.stderr.count("\n")) == (2, "", 1)
+    assert done.stderr.startswith(
+        f"aegis-nb gateway: {policy}:5: tools.nope: no upstream serves a tool 'nope' (tools: "
+    )
+    assert "\\x1b[31mred_tool" in done.stderr
+    assert control_characters(done.stderr.rstrip("\n")) == []

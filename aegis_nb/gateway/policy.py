@@ -147,7 +147,7 @@ class Policy:
         whose value is of a type the argument does not take (where the binding's form says), an
         ``/arguments/x`` or secret the tool does not take.
         """
-        known = ", ".join(sorted(served)) or "none"
+        known = ", ".join(map(printable_line, sorted(served))) or "none"  # upstream names: escaped
         for tool in self.tools:
             if tool.name not in served:
                 raise self.error(
@@ -179,7 +179,8 @@ class Policy:
             if takes is not None and name not in takes:
                 raise self.error(
                     path,
-                    f"the undo tool {tool.undo!r} takes no argument {name!r} (it takes: {', '.join(takes)})",
+                    f"the undo tool {tool.undo!r} takes no argument {name!r} "
+                    f"(it takes: {', '.join(map(printable_line, takes))})",
                 )
             pointed = binding.argument if isinstance(binding, Binding) else None
             if pointed is not None and own is not None and pointed not in own:
@@ -199,8 +200,8 @@ class Policy:
         if unbound:
             raise self.error(
                 ("tools", tool.name, "undo_args"),
-                f"the undo tool {tool.undo!r} requires {', '.join(map(str, unbound))}, which undo_args "
-                "does not bind",
+                f"the undo tool {tool.undo!r} requires "
+                f"{', '.join(printable_line(str(name)) for name in unbound)}, which undo_args does not bind",
             )
 
 
