@@ -130,24 +130,26 @@ def test_the_history_table_pads_its_cells_and_gives_the_deadline_one_column(
     view.deadline.value = 0.2
     view.run_button.click()
     cell = "padding:3px 10px;border-bottom:1px solid #e2e8f0;vertical-align:top;text-align:"
+    nowrap = ";white-space:nowrap"  # only the outcome wraps: "BookFlight 0.05 s" is one setting
     failed = "ChargeCard failed (injected by --fail) — rolled back: BookFlight"
     assert history_html(view.trials) == (
-        '<table class="aegis-history" style="font-size:12px;border-collapse:collapse;margin-top:8px">'
+        '<div style="overflow-x:auto"><table class="aegis-history" '
+        'style="font-size:12px;border-collapse:collapse;margin-top:8px">'
         "<thead><tr>"
-        f'<th style="{cell}right;font-weight:600">run</th>'
-        f'<th style="{cell}right;font-weight:600">deadline</th>'
-        f'<th style="{cell}left;font-weight:600">latency</th>'
-        f'<th style="{cell}left;font-weight:600">failing</th>'
-        f'<th style="{cell}left;font-weight:600">outcome</th>'
+        f'<th style="{cell}right;font-weight:600{nowrap}">run</th>'
+        f'<th style="{cell}right;font-weight:600{nowrap}">deadline</th>'
+        f'<th style="{cell}left;font-weight:600{nowrap}">latency</th>'
+        f'<th style="{cell}left;font-weight:600{nowrap}">failing</th>'
+        f'<th style="{cell}left;font-weight:600{nowrap}">outcome</th>'
         "</tr></thead><tbody>"
-        f'<tr><td style="{cell}right">2</td><td style="{cell}right">0.2 s</td>'
-        f'<td style="{cell}left">BookFlight 0.05 s</td><td style="{cell}left">ChargeCard</td>'
+        f'<tr><td style="{cell}right{nowrap}">2</td><td style="{cell}right{nowrap}">0.2 s</td>'
+        f'<td style="{cell}left{nowrap}">BookFlight 0.05 s</td><td style="{cell}left{nowrap}">ChargeCard</td>'
         f'<td style="{cell}left;color:#b91c1c">{failed}</td>'
         "</tr>"
-        f'<tr><td style="{cell}right">1</td><td style="{cell}right">0.3 s</td>'
-        f'<td style="{cell}left">none</td><td style="{cell}left">none</td>'
+        f'<tr><td style="{cell}right{nowrap}">1</td><td style="{cell}right{nowrap}">0.3 s</td>'
+        f'<td style="{cell}left{nowrap}">none</td><td style="{cell}left{nowrap}">none</td>'
         f'<td style="{cell}left;color:#15803d">committed: BookFlight, ChargeCard</td>'
-        "</tr></tbody></table>"
+        "</tr></tbody></table></div>"
     )
 
 

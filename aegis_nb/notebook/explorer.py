@@ -385,8 +385,10 @@ class History:
 
 
 # Padding and alignment inline: JupyterLab's stylesheet leaves an output's table cells unpadded, so
-# one column ran into the next. Numbers are right-aligned so deadlines line up for comparing.
+# one column ran into the next. Numbers are right-aligned so deadlines line up for comparing. Only
+# the outcome wraps (at spaces): "ReserveHotel 0.1 s" on two lines read as two settings.
 _CELL = "padding:3px 10px;border-bottom:1px solid #e2e8f0;vertical-align:top;text-align:"
+_NOWRAP = ";white-space:nowrap"
 _COLUMNS = (
     ("run", "right"),
     ("deadline", "right"),
@@ -396,9 +398,10 @@ _COLUMNS = (
 )
 
 
-def _td(text: str, align: str, colour: str | None = None) -> str:
+def _td(text: str, align: str, colour: str | None = None, *, wraps: bool = False) -> str:
     ink = "" if colour is None else f";color:{colour}"
-    return f'<td style="{_CELL}{align}{ink}">{escape(replace_surrogates(text))}</td>'
+    nowrap = "" if wraps else _NOWRAP
+    return f'<td style="{_CELL}{align}{ink}{nowrap}">{escape(replace_surrogates(text))}</td>'
 
 
 def history_html(trials: list[Trial]) -> str:
@@ -406,7 +409,9 @@ def history_html(trials: list[Trial]) -> str:
 
     The deadline has its own column, so the settings are split into what was slowed and what failed.
     """
-    head = "".join(f'<th style="{_CELL}{align};font-weight:600">{name}</th>' for name, align in _COLUMNS)
+    head = "".join(
+        f'<th style="{_CELL}{align};font-weight:600{_NOWRAP}">{name}</th>' for name, align in _COLUMNS
+    )
     rows = []
     for trial in sorted(trials, key=lambda t: (t.deadline, t.number)):
         colour = "#15803d" if trial.run.ok else "#b91c1c"
@@ -416,10 +421,11 @@ def history_html(trials: list[Trial]) -> str:
             + _td(f"{trial.deadline:g} s", "right")
             + _td(trial.latency_text(), "left")
             + _td(", ".join(trial.failing) or "none", "left")
-            + _td(trial.run.report.summary(), "left", colour)
+            + _td(trial.run.report.summary(), "left", colour, wraps=True)
             + "</tr>"
         )
     return (
-        '<table class="aegis-history" style="font-size:12px;border-collapse:collapse;margin-top:8px">'
-        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        '<div style="overflow-x:auto"><table class="aegis-history" '
+        'style="font-size:12px;border-collapse:collapse;margin-top:8px">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )

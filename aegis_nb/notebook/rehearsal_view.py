@@ -1,8 +1,9 @@
 """The rehearsal matrix as HTML (colours a person reads at a glance) and as text (terminals, nbval, logs).
 
 One row per scenario: in the HTML, its verdict first (the outcome and the ledger it left), then one
-column per step, every cell wrapping, so the table fits a laptop's notebook column (1280 px screen)
-and what matters is never the part cut off; the text keeps the run order, steps first. Green cells
+column per step, cells wrapping between words (never inside one: "outco|me" read as nonsense), the
+table scrolling sideways in its output if it is still too wide, so what matters is never the part
+cut off; the text keeps the run order, steps first. Green cells
 are fine, grey cells did not run, red cells need a person: a booking left live, a compensation that
 returned without undoing anything, a compensation that gave up. Above the table, one verdict line;
 below it, each problem in a sentence with the likely fix. A saga with parallel groups names them
@@ -107,16 +108,16 @@ def render_text(rehearsal: Rehearsal) -> str:
     return replace_surrogates("\n".join(lines) + "\n")
 
 
-# Cells wrap, anywhere if they must (a long booking id, a step name), so no column pushes the table
-# past its output's width.
-_WRAP = "overflow-wrap:anywhere;vertical-align:top"
+# Cells wrap between words only; a heading (a step's name) and an outcome word not at all.
+_WRAP = "overflow-wrap:normal;word-break:normal;vertical-align:top"
+_NOWRAP = "white-space:nowrap;vertical-align:top"
 
 
-def _cell(text: str, colour: str, *, bold: bool = False) -> str:
+def _cell(text: str, colour: str, *, bold: bool = False, wraps: bool = True) -> str:
     weight = "font-weight:600;" if bold else ""
     return (
         f'<td style="padding:4px 8px;border:1px solid #e2e8f0;text-align:left;color:{colour};'
-        f'background:{_BACKGROUND[colour]};{weight}{_WRAP}">{escape(text)}</td>'
+        f'background:{_BACKGROUND[colour]};{weight}{_WRAP if wraps else _NOWRAP}">{escape(text)}</td>'
     )
 
 
@@ -129,14 +130,14 @@ def render_html(rehearsal: Rehearsal) -> str:
         *rehearsal.steps,
     ]
     head = "".join(
-        f'<th style="padding:4px 8px;border:1px solid #e2e8f0;text-align:left;{_WRAP}">{escape(cell)}</th>'
+        f'<th style="padding:4px 8px;border:1px solid #e2e8f0;text-align:left;{_NOWRAP}">{escape(cell)}</th>'
         for cell in head_cells
     )
     body = []
     for result in rehearsal.results:
         cells = [_cell(result.scenario.label, GREEN if result.safe else RED, bold=True)]
         status_colour = {SagaStatus.COMMITTED: GREEN, SagaStatus.ROLLED_BACK: GREEN}.get(result.status, RED)
-        cells.append(_cell(outcome_word(result.status), status_colour))
+        cells.append(_cell(outcome_word(result.status), status_colour, wraps=False))
         if rehearsal.with_ledger:
             cells.append(_cell(_ledger_text(result), RED if result.leftovers else GREEN))
         for outcome in result.steps:
@@ -151,8 +152,8 @@ def render_html(rehearsal: Rehearsal) -> str:
             f'<div style="color:{GREY};margin-bottom:6px">{escape(line)}</div>'
             for line in together(rehearsal)
         ),
-        '<table style="border-collapse:collapse;max-width:100%">',
-        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>",
+        '<div style="overflow-x:auto"><table style="border-collapse:collapse">',
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>",
     ]
     problems = rehearsal.problems()
     if problems:

@@ -230,7 +230,9 @@ function render({ model, el }) {
 
   const pane = (title) => {
     const column = document.createElement("div");
-    column.style.cssText = "width:50%;overflow:auto";
+    // Side by side only where both fit at a readable size (600 px each); stacked in a laptop's
+    // notebook column (1280 px screen), each diagram at its own size, not squeezed to half of it.
+    column.style.cssText = "flex:1 1 600px;min-width:0;max-width:100%;overflow-x:auto";
     const heading = document.createElement("b");
     heading.textContent = title;
     const body = document.createElement("div");
@@ -240,7 +242,7 @@ function render({ model, el }) {
   const current = pane("this run");
   const previous = pane("previous run");
   const panes = document.createElement("div");
-  panes.style.cssText = "display:flex;gap:8px";
+  panes.style.cssText = "display:flex;flex-wrap:wrap;gap:12px";
   panes.append(current.column, previous.column);
   const history = document.createElement("div");
   el.append(controls, buttons, panes, history);
