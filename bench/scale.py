@@ -12,7 +12,9 @@ same for the plain tasks, divided by the number of sagas).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import math
 import time
 import tracemalloc
 from collections.abc import Callable, Coroutine
@@ -20,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from aegis_nb import AegisContext, WorkflowEngine
+from aegis_nb import AegisContext, SagaFailed, Secret, WorkflowEngine
 
 
 class Tool:
@@ -126,10 +128,62 @@ async def main(sagas: int, steps: int, tool_seconds: float) -> None:
     )
 
 
+class Grows:
+    """A step that adds its own metadata key (a secret every 100th), so every context is larger."""
+
+    def __init__(self, index: int, fail: bool) -> None:
+        self.key, self.fail = f"k{index}", fail
+        self.value: object = Secret(f"s{index}") if index % 100 == 0 else index
+
+    async def execute(self, ctx: AegisContext) -> AegisContext:
+        if self.fail:
+            raise RuntimeError("last step fails")
+        return ctx.with_metadata({self.key: self.value})
+
+    async def compensate(self, ctx: AegisContext) -> None:
+        return None
+
+
+async def per_step(steps: int, fail: bool) -> float:
+    """Microseconds a step for one saga of `steps` growing steps (the garbage collector on)."""
+    engine = WorkflowEngine()
+    saga = [Grows(i, fail and i == steps - 1) for i in range(steps)]
+    started = time.perf_counter()
+    if fail:
+        with contextlib.suppress(SagaFailed):
+            await engine.execute_saga(saga)
+    else:
+        await engine.execute_saga(saga)
+    return (time.perf_counter() - started) / steps * 1e6
+
+
+async def growth(sizes: list[int], rounds: int) -> None:
+    """The steps table: cost per step at each size, and its ratio to the smallest (linear is 1.0)."""
+    print(f"\nsagas whose every step adds a metadata key, best of {rounds} rounds, sizes alternated")
+    print(f"{'steps':>8}{'commit us/step':>16}{'x':>7}{'fail us/step':>15}{'x':>7}")
+    best: dict[tuple[int, bool], float] = {}
+    for _ in range(rounds):
+        for size in sizes:
+            for fail in (False, True):
+                figure = await per_step(size, fail)
+                best[size, fail] = min(best.get((size, fail), math.inf), figure)
+    for size in sizes:
+        commit, failed = best[size, False], best[size, True]
+        print(
+            f"{size:>8,}{commit:>16.1f}{commit / best[sizes[0], False]:>7.2f}"
+            f"{failed:>15.1f}{failed / best[sizes[0], True]:>7.2f}"
+        )
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sagas", type=int, default=10_000)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--tool-ms", type=float, default=1.0)
+    parser.add_argument("--growth", default="500,2000,10000", help="saga sizes for the steps table")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--growth-only", action="store_true", help="print only the steps table")
     options = parser.parse_args()
-    anyio.run(main, options.sagas, options.steps, options.tool_ms / 1000)
+    if not options.growth_only:
+        anyio.run(main, options.sagas, options.steps, options.tool_ms / 1000)
+    anyio.run(growth, [int(size) for size in options.growth.split(",")], options.rounds)

@@ -65,15 +65,17 @@ class Secret:
 class FrozenDict(Mapping[str, Any]):
     """A read-only, hashable str-keyed mapping; values are frozen JSON values."""
 
-    __slots__ = ("_data", "_hash")
+    __slots__ = ("_data", "_hash", "_secrets")
     _data: dict[str, Any]
     _hash: int | None
+    _secrets: tuple[str, ...] | None  # what `secret_values` finds inside, once known
 
     def __init__(self, data: Mapping[str, Any] = {}) -> None:
         if hasattr(self, "_data"):  # a second __init__ would swap the contents in place
             raise AttributeError("FrozenDict is immutable (tried to call __init__ again)")
         object.__setattr__(self, "_data", freeze_mapping(data))
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_secrets", None)
 
     @staticmethod
     def _trusted(data: dict[str, Any]) -> FrozenDict:
@@ -82,13 +84,29 @@ class FrozenDict(Mapping[str, Any]):
         # object's own __setattr__: FrozenDict's refuses every assignment.
         object.__setattr__(frozen, "_data", data)
         object.__setattr__(frozen, "_hash", None)
+        object.__setattr__(frozen, "_secrets", None)
         return frozen
 
     def merged(self, updates: Mapping[str, Any]) -> FrozenDict:
         """A new mapping: this one with `updates` checked, frozen and merged in (they win)."""
+        fresh = freeze_mapping(updates)
         data = dict(self._data)
-        data.update(freeze_mapping(updates))
-        return FrozenDict._trusted(data)
+        data.update(fresh)
+        merged = FrozenDict._trusted(data)
+        # Its secrets from this one's and the updates' alone, so a run whose contexts grow a key a
+        # step finds them in time linear in the run. An update that replaces a key (which keeps its
+        # place) leaves them to be found by a scan, when asked.
+        base = self._data
+        if not any(key in base for key in fresh):  # over the updates only: `base` may be large
+            object.__setattr__(merged, "_secrets", self._held_secrets() + _secrets_in(fresh.values()))
+        return merged
+
+    def _held_secrets(self) -> tuple[str, ...]:
+        """`secret_values` of this mapping, in order and repeats kept; found once, then kept."""
+        if self._secrets is None:
+            object.__setattr__(self, "_secrets", _secrets_in(self._data.values()))
+        assert self._secrets is not None
+        return self._secrets
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
@@ -270,11 +288,18 @@ def secret_values(value: Any) -> Iterator[str]:
     if isinstance(value, Secret):
         yield value.reveal()
     elif isinstance(value, FrozenDict):
-        for item in value.values():
-            yield from secret_values(item)
+        yield from value._held_secrets()
     elif isinstance(value, tuple):
         for item in value:
             yield from secret_values(item)
+
+
+def _secrets_in(values: Iterable[Any]) -> tuple[str, ...]:
+    """`secret_values` of each of `values`, in turn; () at once when they are all plain leaves."""
+    values = tuple(values)
+    if _FROZEN_AS_IS.issuperset(map(type, values)):
+        return ()
+    return tuple(secret for value in values for secret in secret_values(value))
 
 
 def argument_secrets(args: Iterable[Any], kwargs: Mapping[str, Any]) -> tuple[str, ...]:

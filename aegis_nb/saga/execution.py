@@ -321,6 +321,8 @@ class Execution:
         Not only the failing step's: a step may have swapped the card for a token, or a later one
         added a key, and an error's text (or note) may quote any of them.
         """
+        # Each context's metadata keeps the secrets found in it (and a merge derives them from its
+        # parent's), so this reads them rather than rescanning every saved context.
         held = [*self.initial.secret_values(), *latest.secret_values()]
         for owed in self.owed:
             for item in owed.members if isinstance(owed, OwedGroup) else (owed,):
