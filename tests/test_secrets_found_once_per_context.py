@@ -107,3 +107,40 @@ async def test_a_failing_growing_run_scrubs_every_secret_it_held() -> None:
     cause = failed.value.__cause__
     assert cause is not None
     assert str(cause) == "RuntimeError: declined: card *** and token *** refused"
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    start=st.integers(0, 300),
+    merges=st.lists(
+        st.dictionaries(
+            st.integers(0, 400).map(lambda n: f"k{n}"),
+            st.one_of(st.integers(), st.builds(Secret, st.sampled_from(["s1", "s2"]))),
+            max_size=40,
+        ),
+        max_size=12,
+    ),
+)
+def test_large_merged_metadata_behaves_as_the_dict_it_stands_for(
+    start: int, merges: list[dict[str, Any]]
+) -> None:
+    """Past a few hundred keys a merge shares its parent's contents: nothing a reader sees changes."""
+    plain: dict[str, Any] = {f"k{n}": n for n in range(start)}
+    ctx = AegisContext(plain)
+    for update in merges:
+        before, previous = ctx, plain
+        ctx = ctx.with_metadata(update)
+        plain = {**plain, **update}
+        assert list(before.metadata.items()) == list(previous.items())  # the parent untouched
+        assert list(ctx.metadata.items()) == list(plain.items())  # insertion order kept
+        assert [ctx.metadata[key] for key in plain] == list(plain.values())
+        assert len(ctx.metadata) == len(plain)
+        assert ctx.metadata == FrozenDict(plain)
+        assert hash(ctx.metadata) == hash(FrozenDict(plain))
+        assert repr(ctx.metadata) == repr(FrozenDict(plain))
+        assert ctx.to_json() == AegisContext(plain).to_json()
+        assert ctx.secret_values() == tuple(full_scan(FrozenDict(plain)))
+        assert before.metadata.get("absent", "default") == "default"
+        assert "absent" not in ctx.metadata
+        with pytest.raises(TypeError):
+            ctx.metadata["k0"] = 1  # type: ignore[index]

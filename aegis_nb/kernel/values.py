@@ -11,6 +11,8 @@ import math
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, Final, NoReturn, TypeAlias
 
+import immutables
+
 JSONValue: TypeAlias = Any
 """A JSON-compatible value: None, bool, int, float, str, lists and str-keyed dicts of those."""
 
@@ -65,8 +67,13 @@ class Secret:
 class FrozenDict(Mapping[str, Any]):
     """A read-only, hashable str-keyed mapping; values are frozen JSON values."""
 
-    __slots__ = ("_data", "_hash", "_secrets")
-    _data: dict[str, Any]
+    __slots__ = ("_data", "_hash", "_map", "_order", "_secrets")
+    # A small mapping is a dict. A large one that merges derive from is persistent (`_map`, with
+    # `_order` numbering its keys as they came), so a merge costs its updates, not a copy of the
+    # whole; its dict (`_data`) is built the first time something walks it.
+    _data: dict[str, Any] | None
+    _map: immutables.Map[str, Any] | None
+    _order: immutables.Map[int, str] | None
     _hash: int | None
     _secrets: tuple[str, ...] | None  # what `secret_values` finds inside, once known
 
@@ -75,6 +82,8 @@ class FrozenDict(Mapping[str, Any]):
             raise AttributeError("FrozenDict is immutable (tried to call __init__ again)")
         object.__setattr__(self, "_data", freeze_mapping(data))
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_map", None)
+        object.__setattr__(self, "_order", None)
         object.__setattr__(self, "_secrets", None)
 
     @staticmethod
@@ -84,55 +93,87 @@ class FrozenDict(Mapping[str, Any]):
         # object's own __setattr__: FrozenDict's refuses every assignment.
         object.__setattr__(frozen, "_data", data)
         object.__setattr__(frozen, "_hash", None)
+        object.__setattr__(frozen, "_map", None)
+        object.__setattr__(frozen, "_order", None)
         object.__setattr__(frozen, "_secrets", None)
         return frozen
+
+    @staticmethod
+    def _persistent(found: immutables.Map[str, Any], order: immutables.Map[int, str]) -> FrozenDict:
+        """Wrap a persistent mapping of frozen values and the order of its keys."""
+        frozen: FrozenDict = object.__new__(FrozenDict)
+        object.__setattr__(frozen, "_data", None)
+        object.__setattr__(frozen, "_hash", None)
+        object.__setattr__(frozen, "_map", found)
+        object.__setattr__(frozen, "_order", order)
+        object.__setattr__(frozen, "_secrets", None)
+        return frozen
+
+    def _plain(self) -> dict[str, Any]:
+        """The contents as a dict in insertion order, built once for a persistent mapping."""
+        data = self._data
+        if data is None:
+            found, order = self._map, self._order
+            assert found is not None
+            assert order is not None
+            data = {key: found[key] for key in map(order.__getitem__, range(len(order)))}
+            object.__setattr__(self, "_data", data)
+        return data
 
     def merged(self, updates: Mapping[str, Any]) -> FrozenDict:
         """A new mapping: this one with `updates` checked, frozen and merged in (they win)."""
         fresh = freeze_mapping(updates)
-        data = dict(self._data)
-        data.update(fresh)
-        merged = FrozenDict._trusted(data)
+        found, order = self._map, self._order
+        if found is None and len(self) + len(fresh) < _PERSISTENT_FROM:
+            data = dict(self._plain())
+            data.update(fresh)
+            merged = FrozenDict._trusted(data)
+        else:
+            if found is None or order is None:
+                plain = self._plain()
+                found, order = immutables.Map(plain), immutables.Map(enumerate(plain))
+            added = [key for key in fresh if key not in found]
+            order = order.update({len(order) + i: key for i, key in enumerate(added)})
+            merged = FrozenDict._persistent(found.update(fresh), order)
         # Its secrets from this one's and the updates' alone, so a run whose contexts grow a key a
         # step finds them in time linear in the run. An update that replaces a key (which keeps its
         # place) leaves them to be found by a scan, when asked.
-        base = self._data
-        if not any(key in base for key in fresh):  # over the updates only: `base` may be large
+        if not any(key in self for key in fresh):  # over the updates only: `base` may be large
             object.__setattr__(merged, "_secrets", self._held_secrets() + _secrets_in(fresh.values()))
         return merged
 
     def _held_secrets(self) -> tuple[str, ...]:
         """`secret_values` of this mapping, in order and repeats kept; found once, then kept."""
         if self._secrets is None:
-            object.__setattr__(self, "_secrets", _secrets_in(self._data.values()))
+            object.__setattr__(self, "_secrets", _secrets_in(self._plain().values()))
         assert self._secrets is not None
         return self._secrets
 
     def __getitem__(self, key: str) -> Any:
-        return self._data[key]
+        return self._data[key] if self._map is None else self._map[key]  # type: ignore[index]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
+        return iter(self._plain())
 
     def __len__(self) -> int:
-        return len(self._data)
+        return len(self._data) if self._map is None else len(self._map)  # type: ignore[arg-type]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._data
+        return key in (self._data if self._map is None else self._map)  # type: ignore[operator]
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self._data.get(key, default)
+        return self._data.get(key, default) if self._map is None else self._map.get(key, default)  # type: ignore[union-attr]
 
     # The dict's own views (read-only) instead of Mapping's generic ones: journals walk metadata
     # on every step, and these are several times faster.
     def keys(self) -> KeysView[str]:
-        return self._data.keys()
+        return self._plain().keys()
 
     def items(self) -> ItemsView[str, Any]:
-        return self._data.items()
+        return self._plain().items()
 
     def values(self) -> ValuesView[Any]:
-        return self._data.values()
+        return self._plain().values()
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("FrozenDict is immutable")
@@ -156,25 +197,25 @@ class FrozenDict(Mapping[str, Any]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FrozenDict):
-            return self._data == other._data
+            return self._plain() == other._plain()
         if isinstance(other, Mapping):
             # Compared frozen, as this side is: a list must match the tuple it is stored as.
-            if len(other) != len(self._data):
+            if len(other) != len(self):
                 return False
             try:
-                return self._data == freeze_mapping(other)
+                return self._plain() == freeze_mapping(other)
             except TypeError:  # not JSON-compatible, so unlike any FrozenDict
                 return False
         return NotImplemented
 
     def __hash__(self) -> int:
         if self._hash is None:
-            object.__setattr__(self, "_hash", hash(frozenset(self._data.items())))
+            object.__setattr__(self, "_hash", hash(frozenset(self._plain().items())))
         assert self._hash is not None
         return self._hash
 
     def __repr__(self) -> str:
-        return f"FrozenDict({self._data!r})"
+        return f"FrozenDict({self._plain()!r})"
 
 
 MetadataPath: TypeAlias = "str | tuple[MetadataPath, str | int]"
@@ -247,7 +288,7 @@ def thaw(value: Any, *, reveal: bool = False) -> JSONValue:
     if cls in JSON_LEAVES:
         return value
     if isinstance(value, FrozenDict):
-        return _thaw_dict(value._data, reveal)
+        return _thaw_dict(value._plain(), reveal)
     if cls is tuple:  # how lists are frozen: the usual container after FrozenDict
         return [thaw(v, reveal=reveal) for v in value]
     if cls is dict:
@@ -269,7 +310,7 @@ def _thaw_dict(data: dict[str, Any], reveal: bool) -> dict[str, JSONValue]:
         return thawed
     for key, value in data.items():
         if type(value) is FrozenDict:
-            thawed[key] = _thaw_dict(value._data, reveal)
+            thawed[key] = _thaw_dict(value._plain(), reveal)
         elif type(value) not in JSON_LEAVES:
             thawed[key] = thaw(value, reveal=reveal)
     return thawed
@@ -278,6 +319,10 @@ def _thaw_dict(data: dict[str, Any], reveal: bool) -> dict[str, JSONValue]:
 JSON_LEAVES = frozenset((str, int, float, bool, type(None)))
 """Plain JSON scalar types: they thaw to themselves and any JSON encoder sends them as they are
 (subclasses take the checked path)."""
+
+_PERSISTENT_FROM = 256
+"""Mappings merged to this size or more are persistent: a dict copy below it costs about a
+microsecond, and a persistent map's updates and reads cost more than a small dict's."""
 
 _FROZEN_AS_IS = frozenset((str, int, bool, type(None)))
 """Value types frozen as they are, unchecked (a float is checked for NaN and infinity)."""
