@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from aegis_nb.kernel.values import FrozenDict, JSONValue, secret_values, thaw
+from aegis_nb.kernel.values import FrozenDict, JSONValue, frozen_secrets, thaw
 
 
 class AegisContext:
@@ -110,7 +110,7 @@ class AegisContext:
 
     def secret_values(self) -> tuple[str, ...]:
         """The revealed secrets in this context, so error text can be scrubbed of them."""
-        return tuple(secret_values(self._metadata))
+        return frozen_secrets(self._metadata)
 
     # -- deriving ------------------------------------------------------------------------------
 

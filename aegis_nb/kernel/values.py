@@ -138,8 +138,10 @@ class FrozenDict(Mapping[str, Any]):
         # Its secrets from this one's and the updates' alone, so a run whose contexts grow a key a
         # step finds them in time linear in the run. An update that replaces a key (which keeps its
         # place) leaves them to be found by a scan, when asked.
-        if not any(key in self for key in fresh):  # over the updates only: `base` may be large
-            object.__setattr__(merged, "_secrets", self._held_secrets() + _secrets_in(fresh.values()))
+        if not any(key in self for key in fresh):  # over the updates only: this may be large
+            kept, new = self._held_secrets(), _secrets_in(fresh.values())
+            # The parent's own tuple when nothing is added, so a run's readers can skip it as seen.
+            object.__setattr__(merged, "_secrets", kept + new if new else kept)
         return merged
 
     def _held_secrets(self) -> tuple[str, ...]:
@@ -337,6 +339,15 @@ def secret_values(value: Any) -> Iterator[str]:
     elif isinstance(value, tuple):
         for item in value:
             yield from secret_values(item)
+
+
+def frozen_secrets(mapping: FrozenDict) -> tuple[str, ...]:
+    """`secret_values` of a frozen mapping as a tuple, found once per mapping and kept.
+
+    A merge that adds no secret shares its parent's tuple (the same object), which lets a reader of
+    many related mappings skip what it has already read.
+    """
+    return mapping._held_secrets()
 
 
 def _secrets_in(values: Iterable[Any]) -> tuple[str, ...]:

@@ -321,12 +321,16 @@ class Execution:
         Not only the failing step's: a step may have swapped the card for a token, or a later one
         added a key, and an error's text (or note) may quote any of them.
         """
-        # Each context's metadata keeps the secrets found in it (and a merge derives them from its
-        # parent's), so this reads them rather than rescanning every saved context.
+        # Each context's metadata keeps the secrets found in it (a merge derives them from its
+        # parent's, the same tuple when a step added none), so this reads each tuple once.
         held = [*self.initial.secret_values(), *latest.secret_values()]
+        read: set[int] = set()
         for owed in self.owed:
             for item in owed.members if isinstance(owed, OwedGroup) else (owed,):
-                held += item.snapshot.secret_values()
+                found = item.snapshot.secret_values()
+                if id(found) not in read:  # the tuples live as long as the run's contexts
+                    read.add(id(found))
+                    held += found
         for spec in self.specs:
             if spec.args or spec.kwargs:
                 held += argument_secrets(spec.args, spec.kwargs)
