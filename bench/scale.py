@@ -6,7 +6,14 @@ with no saga around them), in the same run. Printed: steps per second for both a
 the memory each live saga holds (traced allocations with every saga parked in its last step, minus the
 same for the plain tasks, divided by the number of sagas).
 
-    python bench/scale.py [--sagas 10000] [--steps 5] [--tool-ms 1]
+Then the steps growth table (issue 30): one saga whose every step adds a metadata key (a secret
+every 100th), all committing and with the last failing, at each size of ``--growth``; printed, the
+cost per step and its ratio to the smallest size's (1.0 is linear; target: within 1.3 at 10,000
+steps against 500). Sizes are alternated, best of ``--rounds``, the garbage collector on. The runs
+growth table (recovery, listing, opening, pruning) is bench/journal_scale.py's.
+
+    python bench/scale.py [--sagas 10000] [--steps 5] [--tool-ms 1] [--growth 500,2000,10000]
+                          [--rounds 3] [--growth-only]
 """
 
 from __future__ import annotations
