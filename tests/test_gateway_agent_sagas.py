@@ -154,7 +154,8 @@ async def test_the_undo_gets_the_arguments_bound_from_the_call_and_the_step_its_
 
 async def test_a_binding_that_does_not_resolve_leaves_the_step_orphaned_and_its_undo_uncalled() -> None:
     bound_to_the_key = (
-        'undo_args = { idempotency_key = "/arguments/idempotency_key" }\nidempotency_arg = "idempotency_key"\n\n'
+        'undo_args = { idempotency_key = "/arguments/idempotency_key" }\n'
+        'idempotency_arg = "idempotency_key"\n\n'
         "[tools.reserve_hotel]"
     )
     assert bound_to_the_key in SHIPPED.read_text()
