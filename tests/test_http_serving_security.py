@@ -65,7 +65,7 @@ def can_bind(host: str) -> bool:
 
 
 async def connected(url: str, mode: str = "auto", **headers: str) -> None:
-    async with client(url, mode, **headers):
+    async with client(url, mode, read_timeout=5.0, **headers):
         pass
 
 
@@ -84,14 +84,14 @@ async def refused(attempt: Awaitable[object]) -> str:
 
 
 async def charges(url: str, **headers: str) -> list[dict[str, Any]]:
-    async with client(url, **headers) as agency:
+    async with client(url, read_timeout=5.0, **headers) as agency:
         result = await agency.call_tool("list_bookings", {})
     assert result.structured_content is not None
     return list(result.structured_content["charges"])
 
 
 async def charge(url: str, **headers: str) -> None:
-    async with client(url, **headers) as agency:
+    async with client(url, read_timeout=5.0, **headers) as agency:
         result = await agency.call_tool("charge_card", {"amount_cents": 1200, "card_number": CARD})
     assert result.is_error is False
 
