@@ -78,8 +78,9 @@ def test_the_wheel_metadata_names_licence_pythons_extras_and_the_command(dist: P
     assert (meta["License-Expression"], meta["License-File"]) == ("MIT", "LICENSE")
     assert meta["Requires-Python"] == ">=3.11"
     assert meta["Description-Content-Type"] == "text/markdown"
-    assert meta.get_all("Requires-Dist", [])[:2] == ["anyio>=4.6", "sniffio>=1.3"]
+    assert meta.get_all("Requires-Dist", [])[:3] == ["anyio>=4.6", "immutables>=0.20", "sniffio>=1.3"]
     assert sorted(meta.get_all("Provides-Extra", [])) == [
+        "agents",
         "bench",
         "dev",
         "mcp",
